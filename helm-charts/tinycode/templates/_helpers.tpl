@@ -1,0 +1,161 @@
+{{/*
+Helpers for the tinycode chart.
+
+Object names derive from .Values.instance.name (the TinycodeInstance name), not
+from the release name: the operator and its Route refer to them by these names.
+*/}}
+
+{{/* The instance name, checked once so every name built from it is valid. */}}
+{{- define "tinycode.instanceName" -}}
+{{- $name := required "instance.name is required" .Values.instance.name | toString -}}
+{{- if gt (len $name) 54 -}}
+{{- fail (printf "instance.name %q is %d characters long; at most 54 are allowed (the Service name %q must fit in 63)" $name (len $name) (printf "%s-tinycode" $name)) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* Namespace of every namespaced object: the instance namespace (the release namespace). */}}
+{{- define "tinycode.namespace" -}}
+{{- default .Release.Namespace .Values.instance.namespace -}}
+{{- end -}}
+
+{{/* <name>-tinycode: ServiceAccount, Deployment, Service, NetworkPolicy. */}}
+{{- define "tinycode.fullname" -}}
+{{- printf "%s-tinycode" (include "tinycode.instanceName" .) -}}
+{{- end -}}
+
+{{/* <name>-ollama: the bundled Ollama Deployment, Service, NetworkPolicy. */}}
+{{- define "tinycode.ollamaName" -}}
+{{- printf "%s-ollama" (include "tinycode.instanceName" .) -}}
+{{- end -}}
+
+{{/* <name>-tinycode-config: the generated-config ConfigMap. */}}
+{{- define "tinycode.configMapName" -}}
+{{- printf "%s-tinycode-config" (include "tinycode.instanceName" .) -}}
+{{- end -}}
+
+{{/* Prefix for cluster-scoped object names (already shortened by the operator). */}}
+{{- define "tinycode.clusterScopedPrefix" -}}
+{{- required "instance.clusterScopedPrefix is required" .Values.instance.clusterScopedPrefix -}}
+{{- end -}}
+
+{{/* helm.sh/chart label value. */}}
+{{- define "tinycode.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Selector labels. Call with (dict "ctx" $ "component" "server").
+*/}}
+{{- define "tinycode.selectorLabels" -}}
+app.kubernetes.io/name: tinycode
+app.kubernetes.io/instance: {{ include "tinycode.instanceName" .ctx | quote }}
+app.kubernetes.io/component: {{ .component | quote }}
+{{- end -}}
+
+{{/*
+Common labels for every object. Call with (dict "ctx" $ "component" "server").
+*/}}
+{{- define "tinycode.labels" -}}
+{{ include "tinycode.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service | quote }}
+app.kubernetes.io/part-of: tinycode-operator
+helm.sh/chart: {{ include "tinycode.chart" .ctx | quote }}
+{{- end -}}
+
+{{/*
+ownerReferences to the TinycodeInstance; renders nothing when instance.uid is
+empty. Used on every namespaced object except PersistentVolumeClaims (they must
+outlive the instance when retainOnDelete is set) and never on cluster-scoped
+objects (a namespaced owner cannot own them).
+*/}}
+{{- define "tinycode.ownerReferences" -}}
+{{- if .Values.instance.uid }}
+ownerReferences:
+  - apiVersion: tinycode.dev/v1alpha1
+    kind: TinycodeInstance
+    name: {{ include "tinycode.instanceName" . | quote }}
+    uid: {{ .Values.instance.uid | quote }}
+    controller: true
+{{- end }}
+{{- end -}}
+
+{{/*
+Metadata block shared by namespaced objects: name, namespace, labels and, when
+"owned" is true, ownerReferences.
+Call with (dict "ctx" $ "name" "<name>" "component" "server" "owned" true).
+*/}}
+{{- define "tinycode.metadata" -}}
+name: {{ .name | quote }}
+namespace: {{ include "tinycode.namespace" .ctx | quote }}
+labels:
+  {{- include "tinycode.labels" (dict "ctx" .ctx "component" .component) | nindent 2 }}
+{{- if .owned }}
+{{- include "tinycode.ownerReferences" .ctx }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Restricted pod security context shared by every pod (see the SCC tiers): UID
+1001, GID 0, non-root, seccomp RuntimeDefault. (hostPID is a pod spec field,
+set by the tinycode Deployment for the shell tier only.)
+*/}}
+{{- define "tinycode.podSecurityContext" -}}
+runAsUser: 1001
+runAsGroup: 0
+runAsNonRoot: true
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/*
+Container security context: no privilege escalation, not privileged, non-root,
+ALL capabilities dropped; SYS_PTRACE added back only when "shell" is true.
+Call with (dict "shell" true|false).
+*/}}
+{{- define "tinycode.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+privileged: false
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+  {{- if .shell }}
+  add:
+    - SYS_PTRACE
+  {{- end }}
+{{- end -}}
+
+{{/* True ("true") when the shell SCC tier is selected. */}}
+{{- define "tinycode.isShell" -}}
+{{- if eq (toString .Values.scc.tier) "shell" }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Sanity checks on the derived values the operator emits; a mismatch is an
+operator bug, so fail loudly rather than render something half-right.
+*/}}
+{{- define "tinycode.validate" -}}
+{{- $s := .Values.storage -}}
+{{- if not (has (toString $s.dataVolume) (list "pvc" "emptyDir")) -}}
+{{- fail (printf "storage.dataVolume must be \"pvc\" or \"emptyDir\", got %q" (toString $s.dataVolume)) -}}
+{{- end -}}
+{{- if not (has (toString $s.projectsVolume) (list "pvc" "hostPath")) -}}
+{{- fail (printf "storage.projectsVolume must be \"pvc\" or \"hostPath\", got %q" (toString $s.projectsVolume)) -}}
+{{- end -}}
+{{- if and (eq (toString $s.projectsVolume) "hostPath") (not $s.hostPath.path) -}}
+{{- fail "storage.projectsVolume is \"hostPath\" but storage.hostPath.path is empty" -}}
+{{- end -}}
+{{- if not (has (toString $s.projectsAccessMode) (list "ReadWriteOnce" "ReadWriteMany")) -}}
+{{- fail (printf "storage.projectsAccessMode must be ReadWriteOnce or ReadWriteMany, got %q" (toString $s.projectsAccessMode)) -}}
+{{- end -}}
+{{- if not (has (toString .Values.scc.tier) (list "restricted" "hostpath" "shell")) -}}
+{{- fail (printf "scc.tier must be restricted, hostpath or shell, got %q" (toString .Values.scc.tier)) -}}
+{{- end -}}
+{{- if not .Values.scc.name -}}
+{{- fail "scc.name is required" -}}
+{{- end -}}
+{{- if and .Values.clusterAdmin.enabled (not .Values.clusterAdmin.mountSecretName) -}}
+{{- fail "clusterAdmin.enabled is true but clusterAdmin.mountSecretName is empty" -}}
+{{- end -}}
+{{- end -}}

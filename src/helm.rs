@@ -1,0 +1,174 @@
+//! Runs the `helm` binary: an argument vector (never a shell), values in a
+//! private temp file (0600, removed afterwards), a bounded run time, and stderr
+//! captured for the status message.
+//!
+//! `--wait` is never used: readiness comes from the Deployment's status, so a
+//! reconcile worker is busy for seconds, not minutes.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::process::Command;
+
+use crate::values::Values;
+
+/// Longest stderr excerpt kept for status messages.
+const STDERR_KEEP: usize = 600;
+/// Revisions Helm keeps per release (each is a Secret in the namespace).
+const HISTORY_MAX: &str = "5";
+
+#[derive(Debug, thiserror::Error)]
+pub enum HelmError {
+    #[error("could not start helm ({bin}): {source}; set HELM_BIN or put helm 3 on PATH")]
+    Spawn { bin: String, source: std::io::Error },
+    #[error("could not write the values file: {0}")]
+    ValuesFile(std::io::Error),
+    #[error("helm {action} did not finish within {timeout:?} and was stopped")]
+    Timeout { action: &'static str, timeout: Duration },
+    #[error("helm {action} failed: {stderr}")]
+    Failed { action: &'static str, stderr: String },
+}
+
+/// Result of a successful `helm upgrade --install`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub revision: i64,
+}
+
+/// Runs helm for the controller; shared by all workers.
+#[derive(Clone)]
+pub struct Helm {
+    bin: PathBuf,
+    chart: PathBuf,
+    timeout: Duration,
+    home: Arc<tempfile::TempDir>,
+    running: Arc<Mutex<HashSet<String>>>,
+}
+
+/// Marks a release busy for as long as it lives.
+struct RunningGuard {
+    key: String,
+    running: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.running.lock().expect("lock").remove(&self.key);
+    }
+}
+
+impl Helm {
+    pub fn new(bin: PathBuf, chart: PathBuf, timeout: Duration) -> std::io::Result<Self> {
+        // Helm wants writable cache/config dirs; the manager's root filesystem is read-only.
+        let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
+        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default() })
+    }
+
+    /// Whether this process is running helm for the release right now.
+    pub fn is_running(&self, namespace: &str, release: &str) -> bool {
+        self.running.lock().expect("lock").contains(&format!("{namespace}/{release}"))
+    }
+
+    pub async fn upgrade_install(&self, release: &str, namespace: &str, values: &Values) -> Result<Applied, HelmError> {
+        let mut file = tempfile::Builder::new()
+            .prefix("tinycode-values-")
+            .suffix(".json")
+            .tempfile_in(self.home.path())
+            .map_err(HelmError::ValuesFile)?;
+        serde_json::to_writer(&mut file, values).map_err(|e| HelmError::ValuesFile(e.into()))?;
+        file.flush().map_err(HelmError::ValuesFile)?;
+        let values_path = file.path().to_string_lossy().into_owned();
+        let chart = self.chart.to_string_lossy().into_owned();
+        let args = [
+            "upgrade", "--install", release, &chart, "--namespace", namespace, "--values", &values_path, "--history-max",
+            HISTORY_MAX, "--output", "json",
+        ];
+        let stdout = self.run("upgrade", namespace, release, &args).await?;
+        drop(file);
+        let revision = serde_json::from_slice::<serde_json::Value>(&stdout)
+            .ok()
+            .and_then(|v| v.get("version").and_then(serde_json::Value::as_i64))
+            .unwrap_or_default();
+        Ok(Applied { revision })
+    }
+
+    /// Uninstalls a release; one that does not exist counts as uninstalled.
+    pub async fn uninstall(&self, release: &str, namespace: &str) -> Result<(), HelmError> {
+        match self.run("uninstall", namespace, release, &["uninstall", release, "--namespace", namespace]).await {
+            Err(HelmError::Failed { stderr, .. }) if stderr.contains("not found") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    async fn run(&self, action: &'static str, namespace: &str, release: &str, args: &[&str]) -> Result<Vec<u8>, HelmError> {
+        let _guard = self.mark_running(namespace, release);
+        let home = self.home.path();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .env_clear()
+            .env("HOME", home)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // Only what helm needs to reach the cluster passes through.
+        for key in ["PATH", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "TMPDIR"] {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        let started = Instant::now();
+        let child = cmd.spawn().map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?;
+        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(source)) => return Err(HelmError::Spawn { bin: self.bin.display().to_string(), source }),
+            Err(_) => return Err(HelmError::Timeout { action, timeout: self.timeout }),
+        };
+        tracing::debug!(action, namespace, release, elapsed_ms = started.elapsed().as_millis() as u64, ok = output.status.success(), "helm finished");
+        if output.status.success() {
+            Ok(output.stdout)
+        } else {
+            Err(HelmError::Failed { action, stderr: excerpt(&String::from_utf8_lossy(&output.stderr)) })
+        }
+    }
+
+    fn mark_running(&self, namespace: &str, release: &str) -> RunningGuard {
+        let key = format!("{namespace}/{release}");
+        self.running.lock().expect("lock").insert(key.clone());
+        RunningGuard { key, running: self.running.clone() }
+    }
+}
+
+/// The last lines of helm's stderr, bounded, on one line.
+pub fn excerpt(stderr: &str) -> String {
+    let text = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.len() <= STDERR_KEEP {
+        return text;
+    }
+    let mut start = text.len() - STDERR_KEEP;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpt_keeps_the_tail_on_one_line() {
+        assert_eq!(excerpt("Error: boom\n  detail\n"), "Error: boom detail");
+        let long = format!("{}END", "x ".repeat(1000));
+        let e = excerpt(&long);
+        assert!(e.len() <= STDERR_KEEP + 3);
+        assert!(e.ends_with("END") && e.starts_with("..."));
+    }
+}

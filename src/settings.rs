@@ -1,0 +1,41 @@
+//! Operator-wide settings chosen by the cluster-admin (flags or env).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What the reconcile needs to know about the operator's own deployment.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Registries an instance image may come from.
+    pub allowed_registries: Vec<String>,
+    /// Namespace the operator runs in (refused for instances).
+    pub operator_namespace: String,
+    /// ServiceAccount the operator runs as (named in the preparation commands).
+    pub operator_service_account: String,
+    /// Label a namespace must carry before instances are accepted there (`key=value`), if any.
+    pub required_namespace_label: Option<(String, String)>,
+    pub helm_bin: PathBuf,
+    pub chart_path: PathBuf,
+    pub helm_timeout: Duration,
+    /// Delay before re-checking an instance blocked on something outside its spec.
+    pub blocked_requeue: Duration,
+    pub ollama_image: String,
+    pub ollama_models_size: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            allowed_registries: vec!["quay.io".into(), "ghcr.io".into()],
+            operator_namespace: "tinycode-operator-system".into(),
+            operator_service_account: "tinycode-operator-manager".into(),
+            required_namespace_label: None,
+            helm_bin: "helm".into(),
+            chart_path: "helm-charts/tinycode".into(),
+            helm_timeout: Duration::from_secs(120),
+            blocked_requeue: Duration::from_secs(30),
+            ollama_image: "docker.io/ollama/ollama:latest".into(),
+            ollama_models_size: "20Gi".into(),
+        }
+    }
+}
