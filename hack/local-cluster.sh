@@ -240,13 +240,23 @@ cmd_tools() {
 # process helpers
 # ---------------------------------------------------------------------------
 
+# alive PID: the process exists and is not a zombie (an exited daemon whose
+# new parent has not reaped it yet).
+alive() {
+	local stat
+	stat=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+	[[ -n "$stat" && "$stat" != Z* ]]
+}
+
 # pid_of NAME: the pid recorded for NAME if that process still runs and is
 # NAME (guards against a recycled pid); prints nothing otherwise.
 pid_of() {
-	local name=$1 pidfile="${CLUSTER_DIR}/${name}.pid" pid comm
+	local name=$1 pid comm
+	local pidfile="${CLUSTER_DIR}/${name}.pid"
 	[[ -f "$pidfile" ]] || return 0
 	pid=$(<"$pidfile")
 	[[ "$pid" =~ ^[0-9]+$ ]] || return 0
+	alive "$pid" || return 0
 	comm=$(ps -o comm= -p "$pid" 2>/dev/null) || return 0
 	[[ "$comm" == "$name" ]] || return 0
 	printf '%s\n' "$pid"
@@ -262,19 +272,19 @@ stop_process() {
 	fi
 	log "stopping ${name} (pid ${pid})"
 	kill -TERM "$pid" 2>/dev/null || true
-	while kill -0 "$pid" 2>/dev/null && ((waited < STOP_TIMEOUT * 10)); do
+	while alive "$pid" && ((waited < STOP_TIMEOUT * 10)); do
 		sleep 0.1
 		waited=$((waited + 1))
 	done
-	if kill -0 "$pid" 2>/dev/null; then
+	if alive "$pid"; then
 		log "${name} (pid ${pid}) ignored SIGTERM for ${STOP_TIMEOUT}s; sending SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
 		waited=0
-		while kill -0 "$pid" 2>/dev/null && ((waited < 50)); do
+		while alive "$pid" && ((waited < 50)); do
 			sleep 0.1
 			waited=$((waited + 1))
 		done
-		kill -0 "$pid" 2>/dev/null && die "could not stop ${name} (pid ${pid})"
+		alive "$pid" && die "could not stop ${name} (pid ${pid})"
 	fi
 	rm -f -- "${CLUSTER_DIR}/${name}.pid"
 }
@@ -282,6 +292,7 @@ stop_process() {
 etcd_healthy() {
 	# Plain HTTP GET on loopback through bash's /dev/tcp: no curl needed.
 	local reply
+	# shellcheck disable=SC2016 # expanded by the inner bash, from "$@"
 	reply=$(timeout 3 bash -c '
 		exec 3<>"/dev/tcp/$1/$2" || exit 1
 		printf "GET /health HTTP/1.0\r\nHost: %s\r\n\r\n" "$1" >&3
@@ -339,9 +350,10 @@ generate_pki() {
 			"keyUsage=critical,digitalSignature,keyEncipherment" \
 			"extendedKeyUsage=clientAuth")" ||
 		die "openssl could not create the admin client certificate"
-	openssl genrsa -out "${pki}/sa.key" 2048 2>/dev/null &&
-		openssl rsa -in "${pki}/sa.key" -pubout -out "${pki}/sa.pub" 2>/dev/null ||
+	if ! openssl genrsa -out "${pki}/sa.key" 2048 2>/dev/null ||
+		! openssl rsa -in "${pki}/sa.key" -pubout -out "${pki}/sa.pub" 2>/dev/null; then
 		die "openssl could not create the service-account signing key"
+	fi
 }
 
 write_kubeconfig() {
@@ -434,6 +446,8 @@ start_apiserver() {
 	#   here, so such calls fail fast instead of dialling the service CIDR.
 	# --disable-admission-plugins=ServiceAccount: no controller-manager creates
 	#   the default ServiceAccount, which that plugin would insist on.
+	# --endpoint-reconciler-type=none: the apiserver refuses to publish a
+	#   loopback advertise address in the default/kubernetes Endpoints.
 	# --enable-priority-and-fairness=false: less memory and goroutines.
 	setsid "$KUBE_APISERVER_BIN" \
 		--advertise-address="$LOOPBACK" \
@@ -452,6 +466,7 @@ start_apiserver() {
 		--allow-privileged=true \
 		--disable-admission-plugins=ServiceAccount \
 		--enable-aggregator-routing=true \
+		--endpoint-reconciler-type=none \
 		--enable-priority-and-fairness=false \
 		--profiling=false \
 		</dev/null >"${CLUSTER_DIR}/kube-apiserver.log" 2>&1 8>&- 9>&- &

@@ -30,8 +30,7 @@ pub const GIT_URL_PATTERN: &str = r"^(https?|ssh|git)://[A-Za-z0-9_./@:~%+=-]+$"
 pub const GIT_BRANCH_PATTERN: &str = r"^[A-Za-z0-9_./-]+$";
 pub const VLLM_NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9-]*$";
 pub const HTTP_URL_PATTERN: &str = r"^https?://";
-pub const DNS_SUBDOMAIN_PATTERN: &str =
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
 /// Longest instance name: keeps `<name>-tinycode-discovery` and the other
 /// derived names inside the 63-character limits of labels and DNS-1035 names.

@@ -84,8 +84,18 @@ impl Helm {
         let values_path = file.path().to_string_lossy().into_owned();
         let chart = self.chart.to_string_lossy().into_owned();
         let args = [
-            "upgrade", "--install", release, &chart, "--namespace", namespace, "--values", &values_path, "--history-max",
-            HISTORY_MAX, "--output", "json",
+            "upgrade",
+            "--install",
+            release,
+            &chart,
+            "--namespace",
+            namespace,
+            "--values",
+            &values_path,
+            "--history-max",
+            HISTORY_MAX,
+            "--output",
+            "json",
         ];
         let stdout = self.run("upgrade", namespace, release, &args).await?;
         drop(file);
@@ -104,7 +114,13 @@ impl Helm {
         }
     }
 
-    async fn run(&self, action: &'static str, namespace: &str, release: &str, args: &[&str]) -> Result<Vec<u8>, HelmError> {
+    async fn run(
+        &self,
+        action: &'static str,
+        namespace: &str,
+        release: &str,
+        args: &[&str],
+    ) -> Result<Vec<u8>, HelmError> {
         let _guard = self.mark_running(namespace, release);
         let home = self.home.path();
         let mut cmd = Command::new(&self.bin);
@@ -131,7 +147,14 @@ impl Helm {
             Ok(Err(source)) => return Err(HelmError::Spawn { bin: self.bin.display().to_string(), source }),
             Err(_) => return Err(HelmError::Timeout { action, timeout: self.timeout }),
         };
-        tracing::debug!(action, namespace, release, elapsed_ms = started.elapsed().as_millis() as u64, ok = output.status.success(), "helm finished");
+        tracing::debug!(
+            action,
+            namespace,
+            release,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            ok = output.status.success(),
+            "helm finished"
+        );
         if output.status.success() {
             Ok(output.stdout)
         } else {

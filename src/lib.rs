@@ -1,10 +1,24 @@
-//! tinycode-operator: installs and manages tinycode instances on OpenShift.
+//! tinycode-operator: installs and manages tinycode AI coding assistant
+//! instances on OpenShift. A `TinycodeInstance` becomes one Helm release of
+//! the bundled chart, one Route and one SCC grant; see SPEC.md.
 #![deny(warnings)]
+
 pub mod api;
+pub mod cli;
+pub mod config;
+pub mod controller;
+pub mod error;
 pub mod helm;
 pub mod naming;
 pub mod openshift;
+pub mod prepare;
+pub mod release;
+pub mod route;
 pub mod scc;
 pub mod settings;
+pub mod status;
 pub mod validation;
 pub mod values;
+
+/// Server-side-apply field manager for every object the operator writes itself.
+pub const FIELD_MANAGER: &str = "tinycode-operator";

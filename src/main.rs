@@ -1,4 +1,7 @@
-use kube::CustomResourceExt;
-fn main() {
-    print!("{}", serde_yaml::to_string(&tinycode_operator::api::TinycodeInstance::crd()).unwrap());
+//! The `tinycode-operator` binary; see [`tinycode_operator::cli`].
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = tinycode_operator::cli::Cli::parse();
+    tinycode_operator::cli::main(cli)
 }

@@ -16,7 +16,14 @@ use serde::{Deserialize, Serialize};
 
 /// `route.openshift.io/v1` Route spec (subset).
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[kube(group = "route.openshift.io", version = "v1", kind = "Route", plural = "routes", namespaced, status = "RouteStatus")]
+#[kube(
+    group = "route.openshift.io",
+    version = "v1",
+    kind = "Route",
+    plural = "routes",
+    namespaced,
+    status = "RouteStatus"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -105,8 +105,12 @@ impl SccTier {
                     "kubernetes.io/description".into(),
                     match self {
                         SccTier::Restricted => "tinycode default: UID 1001, no host access, all capabilities dropped",
-                        SccTier::Hostpath => "tinycode with a host directory mounted at /projects; needs namespace approval",
-                        SccTier::Shell => "tinycode with hostPID and SYS_PTRACE for the host shell; needs namespace approval",
+                        SccTier::Hostpath => {
+                            "tinycode with a host directory mounted at /projects; needs namespace approval"
+                        }
+                        SccTier::Shell => {
+                            "tinycode with hostPID and SYS_PTRACE for the host shell; needs namespace approval"
+                        }
                     }
                     .to_string(),
                 )])),
@@ -201,7 +205,10 @@ mod tests {
     #[test]
     fn tier_is_least_privileged_for_the_spec() {
         assert_eq!(SccTier::select(&spec(serde_json::json!({}))), SccTier::Restricted);
-        assert_eq!(SccTier::select(&spec(serde_json::json!({"storage": {"hostPath": {"path": "/srv"}}}))), SccTier::Hostpath);
+        assert_eq!(
+            SccTier::select(&spec(serde_json::json!({"storage": {"hostPath": {"path": "/srv"}}}))),
+            SccTier::Hostpath
+        );
         assert_eq!(SccTier::select(&spec(serde_json::json!({"shell": {"enabled": true}}))), SccTier::Shell);
         assert_eq!(SccTier::select(&spec(serde_json::json!({"shell": {"enabled": false}}))), SccTier::Restricted);
     }
@@ -214,7 +221,10 @@ mod tests {
         assert!(e.contains("oc label namespace team tinycode.dev/allow-shell=true"), "{e}");
         let hostpath_ok = BTreeMap::from([("tinycode.dev/allow-hostpath".to_string(), "true".to_string())]);
         assert!(SccTier::Hostpath.check_approval("team", &hostpath_ok).is_ok());
-        assert!(SccTier::Shell.check_approval("team", &hostpath_ok).is_err(), "hostpath approval must not approve shell");
+        assert!(
+            SccTier::Shell.check_approval("team", &hostpath_ok).is_err(),
+            "hostpath approval must not approve shell"
+        );
     }
 
     #[test]
@@ -238,7 +248,14 @@ mod tests {
 
     #[test]
     fn grant_binds_the_instance_service_account_to_one_tier() {
-        let owner = OwnerReference { api_version: "tinycode.dev/v1alpha1".into(), kind: "TinycodeInstance".into(), name: "dev".into(), uid: "u".into(), controller: Some(true), ..Default::default() };
+        let owner = OwnerReference {
+            api_version: "tinycode.dev/v1alpha1".into(),
+            kind: "TinycodeInstance".into(),
+            name: "dev".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        };
         let rb = grant("dev", "team", SccTier::Hostpath, owner);
         assert_eq!(rb.metadata.name.as_deref(), Some("dev-tinycode-scc-hostpath"));
         assert_eq!(rb.role_ref.name, "tinycode-scc-hostpath");

@@ -179,7 +179,9 @@ pub fn validate(
     {
         err(
             "spec.clusterAdmin.clusterRole",
-            format!("{role:?} is not allowed: use view, edit or a tinycode-* ClusterRole; admin and cluster-admin are never allowed"),
+            format!(
+                "{role:?} is not allowed: use view, edit or a tinycode-* ClusterRole; admin and cluster-admin are never allowed"
+            ),
         );
     }
 
@@ -192,11 +194,17 @@ pub fn validate(
             if !VLLM_NAME.is_match(&p.name) || p.name.len() > 63 {
                 err(
                     &format!("spec.vllm[{i}].name"),
-                    format!("{:?} must be 1-63 lowercase letters, digits or '-', starting with a letter or digit", p.name),
+                    format!(
+                        "{:?} must be 1-63 lowercase letters, digits or '-', starting with a letter or digit",
+                        p.name
+                    ),
                 );
             }
             if !seen.insert(p.name.as_str()) {
-                err(&format!("spec.vllm[{i}].name"), format!("{:?} is used twice: give each provider its own name", p.name));
+                err(
+                    &format!("spec.vllm[{i}].name"),
+                    format!("{:?} is used twice: give each provider its own name", p.name),
+                );
             }
             if !HTTP_URL.is_match(&p.url) {
                 err(&format!("spec.vllm[{i}].url"), format!("{:?} must start with http:// or https://", p.url));
@@ -214,7 +222,10 @@ pub fn validate(
 
     if let Some(discovery) = &spec.discovery {
         if discovery.namespaces.len() > 50 {
-            err("spec.discovery.namespaces", format!("{} namespaces listed; at most 50 are allowed (use \"*\" for all)", discovery.namespaces.len()));
+            err(
+                "spec.discovery.namespaces",
+                format!("{} namespaces listed; at most 50 are allowed (use \"*\" for all)", discovery.namespaces.len()),
+            );
         }
         for (i, ns) in discovery.namespaces.iter().enumerate() {
             if !NAMESPACE_OR_STAR.is_match(ns) || ns.len() > 63 {
@@ -227,7 +238,8 @@ pub fn validate(
         if !GIT_URL.is_match(&git.url) {
             err(
                 "spec.git.url",
-                "must be an http(s)://, ssh:// or git:// URL made of letters, digits and _ . / @ : ~ % + = - only".into(),
+                "must be an http(s)://, ssh:// or git:// URL made of letters, digits and _ . / @ : ~ % + = - only"
+                    .into(),
             );
         }
         if let Some(branch) = &git.branch
@@ -257,16 +269,16 @@ fn check_image(image: &str, settings: &Settings, err: &mut impl FnMut(&str, Stri
     if !IMAGE.is_match(image) {
         err(
             "spec.image",
-            format!("{image:?} is not a full image reference; write it as registry/path[:tag][@sha256:digest], e.g. {}", api::DEFAULT_IMAGE),
+            format!(
+                "{image:?} is not a full image reference; write it as registry/path[:tag][@sha256:digest], e.g. {}",
+                api::DEFAULT_IMAGE
+            ),
         );
         return;
     }
     let registry = image.split('/').next().unwrap_or_default();
     let registry_host = registry.split(':').next().unwrap_or_default();
-    let allowed = settings
-        .allowed_registries
-        .iter()
-        .any(|r| r == registry || r == registry_host);
+    let allowed = settings.allowed_registries.iter().any(|r| r == registry || r == registry_host);
     if !allowed {
         err(
             "spec.image",
@@ -303,9 +315,7 @@ pub fn parse_quantity(s: &str) -> Option<f64> {
     if s.is_empty() || s.len() > 64 {
         return None;
     }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
     let digits = num.trim_start_matches(['+', '-']);
     if digits.is_empty() || digits.contains(['+', '-']) || digits.matches('.').count() > 1 || digits == "." {
@@ -355,7 +365,8 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_warn_about_missing_password() {
-        let w = validate("my-tinycode", "tinycode-dev", &TinycodeInstanceSpec::default(), &Settings::default()).unwrap();
+        let w =
+            validate("my-tinycode", "tinycode-dev", &TinycodeInstanceSpec::default(), &Settings::default()).unwrap();
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("spec.auth.passwordSecret"));
         let s = spec(serde_json::json!({"auth": {"passwordSecret": "pw"}}));
@@ -407,7 +418,8 @@ mod tests {
     fn cross_field_rules() {
         let s = spec(serde_json::json!({"shell": {"enabled": true}, "storage": {"hostPath": {"path": "/data"}}}));
         assert_eq!(fields(&s), vec!["spec.shell.enabled"]);
-        let s = spec(serde_json::json!({"git": {"url": "https://x.io/r.git"}, "storage": {"hostPath": {"path": "/data"}}}));
+        let s =
+            spec(serde_json::json!({"git": {"url": "https://x.io/r.git"}, "storage": {"hostPath": {"path": "/data"}}}));
         assert_eq!(fields(&s), vec!["spec.git.url"]);
         let s = spec(serde_json::json!({"replicas": 3}));
         let e = errors(&s);
@@ -425,7 +437,9 @@ mod tests {
     fn quantities_and_requests_within_limits() {
         let s = spec(serde_json::json!({"resources": {"limits": {"cpu": "two", "memory": "2Gi"}}}));
         assert_eq!(fields(&s), vec!["spec.resources.limits.cpu"]);
-        let s = spec(serde_json::json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1500m", "memory": "512Mi"}}}));
+        let s = spec(
+            serde_json::json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1500m", "memory": "512Mi"}}}),
+        );
         assert_eq!(fields(&s), vec!["spec.resources.requests.cpu"]);
         assert_eq!(parse_quantity("200m"), Some(0.2));
         assert_eq!(parse_quantity("2Gi"), Some(2.0 * 1024f64.powi(3)));
@@ -439,11 +453,15 @@ mod tests {
     #[test]
     fn cluster_role_allow_list() {
         for bad in ["admin", "cluster-admin", "system:aggregate-to-admin"] {
-            let s = spec(serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": bad}}));
+            let s = spec(
+                serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": bad}}),
+            );
             assert_eq!(fields(&s), vec!["spec.clusterAdmin.clusterRole"], "{bad}");
         }
         for good in ["view", "edit", "tinycode-readonly"] {
-            let s = spec(serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": good}}));
+            let s = spec(
+                serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": good}}),
+            );
             assert!(validate("a", "team", &s, &Settings::default()).is_ok(), "{good}");
         }
         let s = spec(serde_json::json!({"clusterAdmin": {"enabled": true}}));
@@ -479,7 +497,9 @@ mod tests {
             let s = spec(serde_json::json!({"git": {"url": "https://x.io/r.git", "branch": branch}}));
             assert_eq!(fields(&s), vec!["spec.git.branch"], "{branch}");
         }
-        let s = spec(serde_json::json!({"git": {"url": "ssh://git@x.io:22/team/r.git", "branch": "release/1.2", "depth": 5}}));
+        let s = spec(
+            serde_json::json!({"git": {"url": "ssh://git@x.io:22/team/r.git", "branch": "release/1.2", "depth": 5}}),
+        );
         assert!(validate("a", "team", &s, &Settings::default()).is_ok());
         let s = spec(serde_json::json!({"git": {"url": "https://x.io/r.git", "depth": 0}}));
         assert_eq!(fields(&s), vec!["spec.git.depth"]);

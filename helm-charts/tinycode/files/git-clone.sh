@@ -69,6 +69,8 @@ if [ -r "$creds/username" ] && [ -r "$creds/password" ]; then
   export GIT_CONFIG_KEY_1=credential.helper
   export GIT_CONFIG_VALUE_1=
   export GIT_CONFIG_KEY_2=credential.helper
+  # Single quotes on purpose: git runs the helper in its own shell, which expands it.
+  # shellcheck disable=SC2016
   export GIT_CONFIG_VALUE_2='!f() { test "$1" = get || return 0; printf "username=%s\n" "$(cat /etc/tinycode/git-credentials/username)"; printf "password=%s\n" "$(cat /etc/tinycode/git-credentials/password)"; }; f'
 elif [ -r "$creds/ssh-privatekey" ]; then
   log "using the SSH private key from the credentials Secret"
@@ -93,7 +95,7 @@ elif [ -r "$creds/ssh-privatekey" ]; then
   fi
   # $work comes from mktemp (no quotes or spaces), so this command line is fixed.
   export GIT_SSH_COMMAND="ssh -i '$work/id_key' -o IdentitiesOnly=yes -o BatchMode=yes -o UserKnownHostsFile='$work/known_hosts' -o StrictHostKeyChecking=$hostkeys"
-elif [ -d "$creds" ]; then
+elif [ -n "$(ls -A "$creds" 2>/dev/null)" ]; then
   log "warning: the credentials Secret holds neither username+password nor ssh-privatekey; continuing without credentials"
 fi
 

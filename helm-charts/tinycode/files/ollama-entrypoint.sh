@@ -8,6 +8,7 @@ log() { printf 'ollama-entrypoint: %s\n' "$*" >&2; }
 ollama serve &
 server=$!
 
+# shellcheck disable=SC2329 # called by the trap below
 stop() {
   kill -TERM "$server" 2>/dev/null
   wait "$server"

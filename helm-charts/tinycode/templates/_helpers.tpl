@@ -159,3 +159,15 @@ operator bug, so fail loudly rather than render something half-right.
 {{- fail "clusterAdmin.enabled is true but clusterAdmin.mountSecretName is empty" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A fixed shell script shipped with the chart under files/ (never templated).
+Call with (dict "ctx" $ "file" "files/<name>.sh").
+*/}}
+{{- define "tinycode.script" -}}
+{{- $text := .ctx.Files.Get .file -}}
+{{- if not $text -}}
+{{- fail (printf "%s is missing from the chart (the chart must be installed with its files/ directory)" .file) -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}

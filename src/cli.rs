@@ -1,0 +1,270 @@
+//! Command line: `run` (the controller), `crd`, `values`, `values-schema`,
+//! `scc`, `openshift-crds` and `version`. Every setting has an env fallback so
+//! the manager Deployment configures it through env.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use kube::CustomResourceExt;
+use serde_json::json;
+
+use crate::api::TinycodeInstance;
+use crate::helm::Helm;
+use crate::scc::{ALL_TIERS, SccTier};
+use crate::settings::Settings;
+use crate::values::InstanceRef;
+use crate::{config, naming, openshift, validation, values};
+
+#[derive(Parser, Debug)]
+#[command(name = "tinycode-operator", version, about = "Installs and manages tinycode instances on OpenShift")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the controller (the default).
+    Run,
+    /// Print the TinycodeInstance CRD generated from the Rust types.
+    Crd,
+    /// Print what the operator would do for a TinycodeInstance, without a cluster.
+    Values {
+        /// TinycodeInstance YAML file ("-" for stdin).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Namespace to assume when the file names none.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Skip network probes (vLLM).
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Print the chart's values.schema.json generated from the values type.
+    ValuesSchema,
+    /// Print the three SecurityContextConstraints and their `use` ClusterRoles.
+    Scc,
+    /// Print stand-in CRDs for the OpenShift APIs (Route, SCC) for a plain kube-apiserver.
+    OpenshiftCrds,
+    /// Print the version.
+    Version,
+}
+
+/// Cluster-admin settings shared by `run` and `values`.
+#[derive(Args, Debug, Clone)]
+pub struct SettingsArgs {
+    /// Registries instance images may come from (comma-separated).
+    #[arg(long, env = "TINYCODE_ALLOWED_REGISTRIES", value_delimiter = ',', default_value = "quay.io,ghcr.io")]
+    pub allowed_registries: Vec<String>,
+    /// Namespace the operator runs in.
+    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "tinycode-operator-system")]
+    pub operator_namespace: String,
+    /// ServiceAccount the operator runs as (named in namespace-preparation messages).
+    #[arg(long, env = "OPERATOR_SERVICE_ACCOUNT", default_value = "tinycode-operator-manager")]
+    pub operator_service_account: String,
+    /// Label (key=value) a namespace must carry before instances are accepted there.
+    #[arg(long, env = "TINYCODE_REQUIRED_NAMESPACE_LABEL")]
+    pub required_namespace_label: Option<String>,
+    /// Ollama image for instances with ollama.enabled.
+    #[arg(long, env = "TINYCODE_OLLAMA_IMAGE", default_value = "docker.io/ollama/ollama:latest")]
+    pub ollama_image: String,
+    /// Size of the Ollama models PVC.
+    #[arg(long, env = "TINYCODE_OLLAMA_MODELS_SIZE", default_value = "20Gi")]
+    pub ollama_models_size: String,
+    /// The helm 3 binary.
+    #[arg(long, env = "HELM_BIN", default_value = "helm")]
+    pub helm_bin: PathBuf,
+    /// The bundled chart.
+    #[arg(long, env = "HELM_CHART_PATH", default_value = "helm-charts/tinycode")]
+    pub chart_path: PathBuf,
+    /// Longest a helm run may take.
+    #[arg(long, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
+    pub helm_timeout_seconds: u64,
+    /// Re-check delay for instances blocked on something outside their spec.
+    #[arg(long, env = "TINYCODE_BLOCKED_REQUEUE_SECONDS", default_value_t = 30)]
+    pub blocked_requeue_seconds: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Watch only this namespace (empty: all).
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    pub watch_namespace: String,
+    /// Instances reconciled at once.
+    #[arg(long, env = "TINYCODE_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u16,
+    /// Log as JSON lines.
+    #[arg(long, env = "TINYCODE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+impl SettingsArgs {
+    pub fn to_settings(&self) -> Result<Settings, String> {
+        let required_namespace_label = match self.required_namespace_label.as_deref() {
+            None | Some("") => None,
+            Some(kv) => {
+                let (k, v) =
+                    kv.split_once('=').ok_or_else(|| format!("--required-namespace-label {kv:?} must be key=value"))?;
+                Some((k.to_string(), v.to_string()))
+            }
+        };
+        Ok(Settings {
+            allowed_registries: self
+                .allowed_registries
+                .iter()
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+                .collect(),
+            operator_namespace: self.operator_namespace.clone(),
+            operator_service_account: self.operator_service_account.clone(),
+            required_namespace_label,
+            helm_bin: self.helm_bin.clone(),
+            chart_path: self.chart_path.clone(),
+            helm_timeout: Duration::from_secs(self.helm_timeout_seconds),
+            blocked_requeue: Duration::from_secs(self.blocked_requeue_seconds),
+            ollama_image: self.ollama_image.clone(),
+            ollama_models_size: self.ollama_models_size.clone(),
+        })
+    }
+}
+
+pub fn main(cli: Cli) -> ExitCode {
+    let settings = match cli.settings.to_settings() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Run => run(settings, cli.run),
+        Command::Crd => print_yaml(&[serde_json::to_value(TinycodeInstance::crd()).expect("crd")]),
+        Command::Values { file, namespace, offline } => values_cmd(&file, namespace, offline, &settings),
+        Command::ValuesSchema => {
+            print!("{}", values::schema_json());
+            ExitCode::SUCCESS
+        }
+        Command::Scc => {
+            let mut docs = Vec::new();
+            for tier in ALL_TIERS {
+                docs.push(openshift::scc_manifest(&tier.scc()));
+            }
+            for tier in ALL_TIERS {
+                let mut role = serde_json::to_value(tier.use_role()).expect("role");
+                role["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+                role["kind"] = "ClusterRole".into();
+                docs.push(role);
+            }
+            print_yaml(&docs)
+        }
+        Command::OpenshiftCrds => print_yaml(
+            &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
+        ),
+        Command::Version => {
+            println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn print_yaml(docs: &[serde_json::Value]) -> ExitCode {
+    let mut out = String::new();
+    for d in docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(d).expect("yaml"));
+    }
+    print!("{out}");
+    ExitCode::SUCCESS
+}
+
+/// What the operator would do for one CR, as JSON; non-zero with the status message when invalid.
+fn values_cmd(file: &PathBuf, namespace: Option<String>, _offline: bool, settings: &Settings) -> ExitCode {
+    let text =
+        if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let inst: TinycodeInstance = match serde_yaml::from_str(&text) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("error: {} is not a TinycodeInstance: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let name = inst.metadata.name.clone().unwrap_or_default();
+    let Some(ns) = inst.metadata.namespace.clone().or(namespace) else {
+        eprintln!("error: metadata.namespace is unset; set it in the file or pass -n NAMESPACE");
+        return ExitCode::from(2);
+    };
+    let warnings = match validation::validate(&name, &ns, &inst.spec, settings) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("invalid spec: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let tier = SccTier::select(&inst.spec);
+    let config_json = config::generate(&inst.spec, &Default::default());
+    let uid = inst.metadata.uid.clone().unwrap_or_default();
+    let v = values::build(&InstanceRef { name: &name, namespace: &ns, uid: &uid }, &inst.spec, settings, config_json);
+    let out = json!({
+        "release": naming::release_name(&ns, &name),
+        "namespace": ns,
+        "scc": tier.scc_name(),
+        "values": v,
+        "warnings": warnings,
+    });
+    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    ExitCode::SUCCESS
+}
+
+fn run(settings: Settings, args: RunArgs) -> ExitCode {
+    init_logging(args.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async move {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build a Kubernetes client; set KUBECONFIG or run in a pod");
+                return ExitCode::from(1);
+            }
+        };
+        let helm = match Helm::new(settings.helm_bin.clone(), settings.chart_path.clone(), settings.helm_timeout) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot create helm's working directory");
+                return ExitCode::from(1);
+            }
+        };
+        if !settings.chart_path.join("Chart.yaml").is_file() {
+            tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
+            return ExitCode::from(1);
+        }
+        let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
+        tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
+        crate::controller::run(client, settings, helm, watch, args.concurrency.max(1)).await;
+        tracing::info!("tinycode-operator stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,604 @@
+//! The reconcile loop: read → validate (pure) → check the namespace → grant
+//! the SCC → build values (pure) → helm upgrade when needed → Route → status.
+//! Only this file and [`crate::helm`] touch the cluster.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::api::{FINALIZER, Phase, TinycodeInstance, TinycodeInstanceStatus};
+use crate::error::{Error, Retry, backoff};
+use crate::helm::Helm;
+use crate::openshift::{Route, SecurityContextConstraints};
+use crate::scc::{ALL_TIERS, SccTier};
+use crate::settings::Settings;
+use crate::status::{self, Desired, Observed};
+use crate::values::{self, InstanceRef, Values, VolumeSource};
+use crate::{FIELD_MANAGER, config, naming, prepare, release, route, scc, validation};
+
+/// Annotation on the Deployment holding the digest of the values it was rendered from.
+pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
+/// Label selecting the objects the operator and its chart create.
+pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=tinycode-operator";
+
+const RESYNC_RUNNING: Duration = Duration::from_secs(300);
+const RESYNC_DEPLOYING: Duration = Duration::from_secs(30);
+
+/// Shared state of all reconcile workers.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub helm: Helm,
+    pub recorder: Recorder,
+    failures: Mutex<HashMap<ObjectRef<TinycodeInstance>, u32>>,
+}
+
+impl Context {
+    pub fn new(client: Client, settings: Settings, helm: Helm) -> Self {
+        let reporter = Reporter { controller: "tinycode-operator".into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, settings, helm, recorder, failures: Mutex::default() }
+    }
+
+    async fn event(&self, inst: &TinycodeInstance, type_: EventType, reason: &str, action: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(&note, 1000)),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &inst.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not publish event");
+        }
+    }
+}
+
+/// Runs the controller until a shutdown signal.
+pub async fn run(client: Client, settings: Settings, helm: Helm, watch_namespace: Option<String>, concurrency: u16) {
+    let ctx = Arc::new(Context::new(client.clone(), settings, helm));
+    let instances: Api<TinycodeInstance> = scoped_api(&client, watch_namespace.as_deref());
+    let owned = watcher::Config::default().labels(PART_OF_SELECTOR);
+    Controller::new(instances, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .owns(scoped_api::<Deployment>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<Service>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<ServiceAccount>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<ConfigMap>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<NetworkPolicy>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<Role>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<RoleBinding>(&client, watch_namespace.as_deref()), owned.clone())
+        .owns(scoped_api::<Route>(&client, watch_namespace.as_deref()), owned)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => {
+                    tracing::debug!(namespace = obj.namespace.as_deref().unwrap_or(""), name = %obj.name, "reconciled")
+                }
+                Err(e) => tracing::debug!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Entry point for one instance: the finalizer decides between apply and cleanup.
+#[tracing::instrument(skip_all, fields(namespace = inst.namespace().unwrap_or_default(), name = inst.name_any()))]
+pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = inst.namespace().unwrap_or_default();
+    let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, inst.clone(), |event| async {
+        match event {
+            FinalizerEvent::Apply(inst) => apply(&inst, &ctx).await,
+            FinalizerEvent::Cleanup(inst) => cleanup(&inst, &ctx).await,
+        }
+    })
+    .await;
+    let action = match result {
+        Ok(action) => action,
+        Err(kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e)) => {
+            return Err(e);
+        }
+        Err(kube::runtime::finalizer::Error::AddFinalizer(e) | kube::runtime::finalizer::Error::RemoveFinalizer(e)) => {
+            return Err(Error::Kube(e));
+        }
+        Err(e) => return Err(Error::blocked("FinalizerError", e.to_string())),
+    };
+    ctx.failures.lock().expect("lock").remove(&ObjectRef::from_obj(&*inst));
+    Ok(action)
+}
+
+/// Transient errors back off exponentially per instance.
+pub fn error_policy(inst: Arc<TinycodeInstance>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(namespace = inst.namespace().unwrap_or_default(), name = inst.name_any(), reason = err.reason(), error = %err, "reconcile failed");
+    let mut failures = ctx.failures.lock().expect("lock");
+    let n = failures.entry(ObjectRef::from_obj(&*inst)).or_insert(0);
+    let delay = backoff(*n);
+    *n = n.saturating_add(1);
+    Action::requeue(delay)
+}
+
+/// Apply path: on error, records Failed status and an event, then picks the retry.
+async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
+    match apply_steps(inst, ctx).await {
+        Ok(action) => Ok(action),
+        Err(err) => {
+            let message = err.to_string();
+            let generation = inst.metadata.generation;
+            let status = status::failed(inst.status.as_ref(), err.reason(), &message, &now(), generation);
+            if let Err(e) = patch_status(ctx, inst, &status).await {
+                tracing::warn!(error = %e, "could not record the failure in status");
+            }
+            ctx.event(inst, EventType::Warning, err.reason(), "Reconcile", message).await;
+            match err.retry() {
+                Retry::OnChange => Ok(Action::await_change()),
+                Retry::Slowly => Ok(Action::requeue(ctx.settings.blocked_requeue)),
+                Retry::Backoff => Err(err),
+            }
+        }
+    }
+}
+
+async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
+    let name = inst.name_any();
+    let ns = inst.namespace().unwrap_or_default();
+    let spec = &inst.spec;
+    let client = &ctx.client;
+
+    // 1. validate (pure)
+    let mut warnings = validation::validate(&name, &ns, spec, &ctx.settings)?;
+
+    // 2. the namespace: opted in, prepared, tier approved
+    let namespace = Api::<Namespace>::all(client.clone()).get(&ns).await?;
+    let ns_labels = namespace.metadata.labels.unwrap_or_default();
+    if let Some((key, value)) = &ctx.settings.required_namespace_label
+        && ns_labels.get(key) != Some(value)
+    {
+        return Err(Error::blocked(
+            "NamespaceNotEnabled",
+            format!(
+                "namespace {ns} has not opted in to tinycode; a cluster-admin enables it with `oc label namespace {ns} {key}={value}`"
+            ),
+        ));
+    }
+    check_prepared(ctx, &ns).await?;
+    let tier = SccTier::select(spec);
+    tier.check_approval(&ns, &ns_labels).map_err(|m| Error::blocked("SccNotApproved", m))?;
+    if Api::<SecurityContextConstraints>::all(client.clone()).get_opt(&tier.scc_name()).await?.is_none() {
+        return Err(Error::blocked(
+            "SccMissing",
+            format!(
+                "SecurityContextConstraints {} is not installed; a cluster-admin installs it with `make install` (config/scc)",
+                tier.scc_name()
+            ),
+        ));
+    }
+
+    // 3. Secrets the instance refers to
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    if let Some(pw) = &spec.auth.password_secret {
+        let keys = secret_keys(&secrets, pw).await?;
+        match keys {
+            None => {
+                return Err(Error::blocked(
+                    "PasswordSecretMissing",
+                    format!(
+                        "spec.auth.passwordSecret names Secret {pw}, which does not exist in {ns}; create it with `oc create secret generic {pw} --from-literal=TINYCODE_SERVER_PASSWORD=<password> -n {ns}`"
+                    ),
+                ));
+            }
+            Some(keys) if !keys.iter().any(|k| k == "TINYCODE_SERVER_PASSWORD") => {
+                return Err(Error::blocked(
+                    "PasswordSecretInvalid",
+                    format!(
+                        "Secret {pw} in {ns} has no key TINYCODE_SERVER_PASSWORD; re-create it with `oc create secret generic {pw} --from-literal=TINYCODE_SERVER_PASSWORD=<password> -n {ns}`"
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(git) = &spec.git
+        && let Some(cred) = &git.credentials_secret
+    {
+        match secret_keys(&secrets, cred).await? {
+            None => {
+                return Err(Error::blocked(
+                    "GitCredentialsMissing",
+                    format!(
+                        "spec.git.credentialsSecret names Secret {cred}, which does not exist in {ns}; create it with keys username and password (HTTPS) or ssh-privatekey (SSH)"
+                    ),
+                ));
+            }
+            Some(keys) => {
+                let has = |k: &str| keys.iter().any(|x| x == k);
+                if !(has("ssh-privatekey") || (has("username") && has("password"))) {
+                    warnings.push(format!("Secret {cred} has neither username+password nor ssh-privatekey; the clone will run without credentials"));
+                }
+            }
+        }
+    }
+    if spec.cluster_admin.enabled {
+        let secret_name = spec.cluster_admin.kubeconfig_secret_name.clone().unwrap_or_default();
+        let key = &spec.cluster_admin.kubeconfig_secret_key;
+        let source_ns = spec.cluster_admin.kubeconfig_namespace.clone().unwrap_or_else(|| ns.clone());
+        let source: Api<Secret> = Api::namespaced(client.clone(), &source_ns);
+        match secret_keys(&source, &secret_name).await? {
+            Some(keys) if keys.iter().any(|k| k == key) => {}
+            Some(_) => {
+                return Err(Error::blocked(
+                    "KubeconfigKeyMissing",
+                    format!(
+                        "Secret {secret_name} in {source_ns} has no key {key}; set spec.clusterAdmin.kubeconfigSecretKey to the key that holds the kubeconfig"
+                    ),
+                ));
+            }
+            None => {
+                return Err(Error::blocked(
+                    "KubeconfigSecretMissing",
+                    format!(
+                        "spec.clusterAdmin.kubeconfigSecretName names Secret {secret_name}, which does not exist in {source_ns}; create it with `oc create secret generic {secret_name} --from-file={key}=<kubeconfig> -n {source_ns}`"
+                    ),
+                ));
+            }
+        }
+    }
+
+    // 4. SCC grant (RBAC, one RoleBinding per instance and tier)
+    let owner = owner_reference(inst);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    let grant = scc::grant(&name, &ns, tier, owner.clone());
+    bindings.patch(&naming::scc_grant(&name, tier.as_str()), &apply_params(), &Patch::Apply(&grant)).await?;
+    for other in ALL_TIERS.iter().filter(|t| **t != tier) {
+        delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
+    }
+
+    // 5. values (pure)
+    let config_json = config::generate(spec, &BTreeMap::new());
+    let uid = inst.uid().unwrap_or_default();
+    let values =
+        values::build(&InstanceRef { name: &name, namespace: &ns, uid: &uid }, spec, &ctx.settings, config_json);
+
+    // 6. helm, only when something changed or drifted
+    let release_name = naming::release_name(&ns, &name);
+    let revision = ensure_release(ctx, inst, &release_name, &values).await?;
+
+    // 7. Route
+    let routes: Api<Route> = Api::namespaced(client.clone(), &ns);
+    let desired_route = route::build(&name, &ns, spec, owner);
+    let live_route = routes.patch(&naming::route(&name), &apply_params(), &Patch::Apply(&desired_route)).await?;
+
+    // 8. status from what the cluster reports
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns).get_opt(&naming::fullname(&name)).await?;
+    let observed = observe(deployment.as_ref(), &live_route, spec.replicas);
+    let (phase, url, ready) = status::workload_status(&observed, &warnings);
+    let generation = inst.metadata.generation;
+    let prev = inst.status.clone().unwrap_or_default();
+    let new_status = TinycodeInstanceStatus {
+        phase: Some(phase),
+        url,
+        observed_generation: generation,
+        conditions: status::merge_conditions(&prev.conditions, &[ready], &now(), generation),
+        helm_release: Some(release_name),
+        helm_revision: revision.or(prev.helm_revision),
+        scc: Some(tier.scc_name()),
+    };
+    if prev.phase != Some(Phase::Running) && phase == Phase::Running {
+        let note =
+            format!("tinycode is running{}", new_status.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
+        ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
+    }
+    patch_status(ctx, inst, &new_status).await?;
+    Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
+}
+
+/// Runs `helm upgrade --install` unless the release is deployed with these
+/// values and its objects are intact. Returns the new revision when it ran.
+async fn ensure_release(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    release_name: &str,
+    values: &Values,
+) -> Result<Option<i64>, Error> {
+    let ns = &values.instance.namespace;
+    let name = &values.instance.name;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let metas =
+        secrets.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await?;
+    let metas: Vec<_> = metas.items.into_iter().map(|m| m.metadata).collect();
+    let mut records = release::records(&metas);
+
+    // A pending record nobody is working on is left over from an interrupted
+    // run (the operator was killed mid-upgrade): drop it so helm can proceed.
+    if !ctx.helm.is_running(ns, release_name) {
+        let stale: Vec<_> = records.iter().filter(|r| r.is_pending()).cloned().collect();
+        for r in &stale {
+            tracing::warn!(release = release_name, revision = r.version, status = %r.status, "removing an interrupted helm operation");
+            delete_ignoring_missing(&secrets, &r.secret_name).await?;
+            ctx.event(inst, EventType::Warning, "HelmRecovered", "Helm", format!("revision {} of release {release_name} was left {} by an interrupted run; it was discarded and the release re-applied", r.version, r.status)).await;
+        }
+        records.retain(|r| !r.is_pending());
+    }
+
+    let reason = match release::latest(&records) {
+        None => Some("release not installed".to_string()),
+        Some(r) if r.status != "deployed" => Some(format!("release is {}", r.status)),
+        Some(r) => drift(ctx, values, r.created).await?,
+    };
+    let Some(reason) = reason else { return Ok(None) };
+    tracing::info!(release = release_name, reason = %reason, "applying helm release");
+    let applied = ctx.helm.upgrade_install(release_name, ns, values).await?;
+    ctx.event(
+        inst,
+        EventType::Normal,
+        "HelmApplied",
+        "Helm",
+        format!("release {release_name} revision {} applied ({reason}) for {name}", applied.revision),
+    )
+    .await;
+    Ok(Some(applied.revision))
+}
+
+/// Why the deployed release no longer matches, if it does not: changed
+/// values, a missing child, or a child someone else edited.
+async fn drift(ctx: &Context, values: &Values, deployed_at: Option<Timestamp>) -> Result<Option<String>, Error> {
+    let ns = &values.instance.namespace;
+    let name = &values.instance.name;
+    let c = &ctx.client;
+    let fullname = naming::fullname(name);
+
+    let deployment = Api::<Deployment>::namespaced(c.clone(), ns).get_metadata_opt(&fullname).await?;
+    let Some(deployment) = deployment else { return Ok(Some(format!("Deployment {fullname} is missing"))) };
+    let applied_hash = deployment.metadata.annotations.as_ref().and_then(|a| a.get(VALUES_HASH_ANNOTATION));
+    if applied_hash != Some(&values.values_hash) {
+        return Ok(Some("values changed".into()));
+    }
+    if let Some(m) = release::foreign_write_after(&deployment.metadata, deployed_at) {
+        return Ok(Some(format!("Deployment {fullname} was changed by {m}")));
+    }
+
+    let mut children: Vec<(&str, String)> = vec![
+        ("ServiceAccount", naming::service_account(name)),
+        ("Service", fullname.clone()),
+        ("NetworkPolicy", fullname.clone()),
+        ("Role", naming::discovery_role(name)),
+        ("RoleBinding", naming::discovery_role(name)),
+    ];
+    if !values.config.json.is_empty() {
+        children.push(("ConfigMap", naming::config_map(name)));
+    }
+    if values.storage.data_volume == VolumeSource::Pvc {
+        children.push(("PersistentVolumeClaim", naming::data_pvc(name)));
+    }
+    if values.storage.projects_volume == VolumeSource::Pvc {
+        children.push(("PersistentVolumeClaim", naming::projects_pvc(name)));
+    }
+    for (kind, child) in children {
+        let meta = match kind {
+            "ServiceAccount" => child_meta::<ServiceAccount>(c, ns, &child).await?,
+            "Service" => child_meta::<Service>(c, ns, &child).await?,
+            "NetworkPolicy" => child_meta::<NetworkPolicy>(c, ns, &child).await?,
+            "Role" => child_meta::<Role>(c, ns, &child).await?,
+            "RoleBinding" => child_meta::<RoleBinding>(c, ns, &child).await?,
+            "ConfigMap" => child_meta::<ConfigMap>(c, ns, &child).await?,
+            _ => child_meta::<PersistentVolumeClaim>(c, ns, &child).await?,
+        };
+        match meta {
+            None => return Ok(Some(format!("{kind} {child} is missing"))),
+            // PVC specs are immutable and their status churns; only existence matters.
+            Some(_) if kind == "PersistentVolumeClaim" => {}
+            Some(m) => {
+                if let Some(manager) = release::foreign_write_after(&m, deployed_at) {
+                    return Ok(Some(format!("{kind} {child} was changed by {manager}")));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+async fn child_meta<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>, Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    Ok(Api::<K>::namespaced(client.clone(), ns).get_metadata_opt(name).await?.map(|m| m.metadata))
+}
+
+/// Delete path: Terminating → helm uninstall → grants and Route removed → PVCs
+/// deleted only when the user said so.
+async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
+    let name = inst.name_any();
+    let ns = inst.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    let mut st = inst.status.clone().unwrap_or_default();
+    if st.phase != Some(Phase::Terminating) {
+        st.phase = Some(Phase::Terminating);
+        let message = "deleting: uninstalling the Helm release and removing the SCC grant".to_string();
+        st.conditions = status::merge_conditions(
+            &st.conditions,
+            &[Desired::new(status::READY, false, "Terminating", message)],
+            &now(),
+            inst.metadata.generation,
+        );
+        if let Err(e) = patch_status(ctx, inst, &st).await {
+            tracing::debug!(error = %e, "could not mark the instance Terminating");
+        }
+    }
+
+    let release_name = naming::release_name(&ns, &name);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let installed =
+        match secrets.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await {
+            Ok(list) => !list.items.is_empty(),
+            // Without access to the namespace nothing can have been installed there.
+            Err(kube::Error::Api(s)) if s.code == 403 => false,
+            Err(e) => return Err(e.into()),
+        };
+    if installed {
+        ctx.helm.uninstall(&release_name, &ns).await?;
+    }
+
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    for tier in ALL_TIERS {
+        delete_ignoring_missing(&bindings, &naming::scc_grant(&name, tier.as_str())).await?;
+    }
+    delete_ignoring_missing(&Api::<Route>::namespaced(client.clone(), &ns), &naming::route(&name)).await?;
+
+    let kept = if inst.spec.storage.retain_on_delete {
+        "the data volumes were kept (storage.retainOnDelete)"
+    } else {
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), format!("{name}-ollama-models")] {
+            delete_ignoring_missing(&pvcs, &pvc).await?;
+        }
+        "the data volumes were deleted (storage.retainOnDelete is false)"
+    };
+    ctx.event(
+        inst,
+        EventType::Normal,
+        "Deleted",
+        "Cleanup",
+        format!("release {release_name} uninstalled and SCC grant removed; {kept}"),
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+async fn check_prepared(ctx: &Context, ns: &str) -> Result<(), Error> {
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec { namespace: Some(ns.into()) },
+        ..Default::default()
+    };
+    let result = Api::<SelfSubjectRulesReview>::all(ctx.client.clone()).create(&PostParams::default(), &review).await?;
+    let Some(status) = result.status else { return Ok(()) };
+    if status.incomplete {
+        // Some authorizer could not list its rules; let the real calls decide.
+        return Ok(());
+    }
+    let missing = prepare::missing(&status.resource_rules);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::blocked(
+        "NamespaceNotPrepared",
+        prepare::not_prepared_message(
+            ns,
+            &missing,
+            &ctx.settings.operator_namespace,
+            &ctx.settings.operator_service_account,
+        ),
+    ))
+}
+
+/// Keys of a Secret (never its values), or None when it does not exist.
+async fn secret_keys(api: &Api<Secret>, name: &str) -> Result<Option<Vec<String>>, Error> {
+    Ok(api.get_opt(name).await?.map(|s| {
+        let mut keys: Vec<String> = s.data.unwrap_or_default().into_keys().collect();
+        keys.extend(s.string_data.unwrap_or_default().into_keys());
+        keys
+    }))
+}
+
+fn observe(deployment: Option<&Deployment>, route: &Route, desired_replicas: i32) -> Observed {
+    let status = deployment.and_then(|d| d.status.clone()).unwrap_or_default();
+    let generation = deployment.and_then(|d| d.metadata.generation);
+    Observed {
+        desired_replicas,
+        available_replicas: status.available_replicas.unwrap_or(0),
+        updated_replicas: status.updated_replicas.unwrap_or(0),
+        deployment_current: deployment.is_some()
+            && status.observed_generation.is_some()
+            && status.observed_generation >= generation,
+        admitted_host: route::admitted_host(route),
+        tls: route.spec.tls.is_some(),
+    }
+}
+
+fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {
+    OwnerReference {
+        api_version: TinycodeInstance::api_version(&()).into_owned(),
+        kind: TinycodeInstance::kind(&()).into_owned(),
+        name: inst.name_any(),
+        uid: inst.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
+async fn patch_status(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    status: &TinycodeInstanceStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": TinycodeInstance::api_version(&()),
+        "kind": TinycodeInstance::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&inst.name_any(), &apply_params(), &Patch::Apply(&patch)).await.map(drop)
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn now() -> String {
+    let t = Timestamp::now();
+    Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}

@@ -1,0 +1,95 @@
+//! The reconcile's one error type. Its variant decides the requeue policy,
+//! the status reason and the event reason.
+
+use std::time::Duration;
+
+use crate::helm::HelmError;
+use crate::validation::InvalidSpec;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec breaks a rule: nothing is applied and nothing is retried until the spec changes.
+    #[error("invalid spec: {0}")]
+    InvalidSpec(#[from] InvalidSpec),
+
+    /// Something outside the spec must be fixed first (namespace preparation, a
+    /// missing Secret, SCC approval): re-checked on a slow timer.
+    #[error("{message}")]
+    Blocked { reason: &'static str, message: String },
+
+    /// The API server failed or refused a call: retried with backoff.
+    #[error("Kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+
+    /// Helm failed: retried with backoff.
+    #[error(transparent)]
+    Helm(#[from] HelmError),
+}
+
+/// What the controller does after an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Only a spec change helps.
+    OnChange,
+    /// Re-check after the settings' blocked delay.
+    Slowly,
+    /// Exponential backoff.
+    Backoff,
+}
+
+impl Error {
+    pub fn blocked(reason: &'static str, message: impl Into<String>) -> Self {
+        Error::Blocked { reason, message: message.into() }
+    }
+
+    /// CamelCase reason for the Ready condition, events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::Blocked { reason, .. } => reason,
+            Error::Kube(_) => "KubernetesApiError",
+            Error::Helm(_) => "HelmFailed",
+        }
+    }
+
+    pub fn retry(&self) -> Retry {
+        match self {
+            Error::InvalidSpec(_) => Retry::OnChange,
+            Error::Blocked { .. } => Retry::Slowly,
+            Error::Kube(_) | Error::Helm(_) => Retry::Backoff,
+        }
+    }
+}
+
+/// Backoff after `failures` consecutive transient errors: 5 s doubling to 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let secs = 5u64.saturating_mul(1u64 << failures.min(6));
+    Duration::from_secs(secs.min(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(0), Duration::from_secs(5));
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(5), Duration::from_secs(160));
+        assert_eq!(backoff(6), Duration::from_secs(300));
+        assert_eq!(backoff(60), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn variants_drive_the_retry_policy() {
+        let invalid = Error::InvalidSpec(InvalidSpec(vec![]));
+        assert_eq!((invalid.retry(), invalid.reason()), (Retry::OnChange, "InvalidSpec"));
+        let blocked = Error::blocked("SecretMissing", "create it");
+        assert_eq!(
+            (blocked.retry(), blocked.reason(), blocked.to_string().as_str()),
+            (Retry::Slowly, "SecretMissing", "create it")
+        );
+        let helm = Error::Helm(HelmError::Failed { action: "upgrade", stderr: "boom".into() });
+        assert_eq!((helm.retry(), helm.reason()), (Retry::Backoff, "HelmFailed"));
+    }
+}

@@ -1,0 +1,102 @@
+//! Is a namespace prepared for instances (pure)? The operator holds no
+//! cluster-wide write access; a cluster-admin grants it `admin` per namespace.
+//! This reads the operator's own SelfSubjectRulesReview for the namespace and
+//! names what is missing together with the command that fixes it.
+
+use k8s_openapi::api::authorization::v1::ResourceRule;
+
+/// (API group, resource, verb) the reconcile and Helm need in an instance namespace.
+pub const NEEDED: &[(&str, &str, &str)] = &[
+    ("", "secrets", "create"),
+    ("", "secrets", "delete"),
+    ("", "serviceaccounts", "create"),
+    ("", "services", "create"),
+    ("", "configmaps", "create"),
+    ("", "persistentvolumeclaims", "create"),
+    ("apps", "deployments", "create"),
+    ("apps", "deployments", "patch"),
+    ("rbac.authorization.k8s.io", "roles", "create"),
+    ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ("networking.k8s.io", "networkpolicies", "create"),
+    ("route.openshift.io", "routes", "create"),
+];
+
+fn matches(list: &[String], want: &str) -> bool {
+    list.iter().any(|x| x == "*" || x == want)
+}
+
+/// Whether some rule allows `verb` on `group/resource` (any resource name).
+pub fn allows(rules: &[ResourceRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        matches(&r.verbs, verb)
+            && matches(r.api_groups.as_deref().unwrap_or_default(), group)
+            && matches(r.resources.as_deref().unwrap_or_default(), resource)
+            && r.resource_names.as_ref().is_none_or(Vec::is_empty)
+    })
+}
+
+/// The needed permissions the rules lack, as `group/resource:verb`.
+pub fn missing(rules: &[ResourceRule]) -> Vec<String> {
+    NEEDED
+        .iter()
+        .filter(|(g, r, v)| !allows(rules, g, r, v))
+        .map(|(g, r, v)| if g.is_empty() { format!("{r}:{v}") } else { format!("{g}/{r}:{v}") })
+        .collect()
+}
+
+/// The status message for an unprepared namespace.
+pub fn not_prepared_message(namespace: &str, missing: &[String], operator_ns: &str, operator_sa: &str) -> String {
+    format!(
+        "namespace {namespace} is not prepared for tinycode: the operator may not {} there. A cluster-admin prepares it with `oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount={operator_ns}:{operator_sa} -n {namespace}` (or hack/prepare-namespace.sh {namespace})",
+        missing.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> ResourceRule {
+        ResourceRule {
+            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+            resource_names: None,
+        }
+    }
+
+    #[test]
+    fn wildcard_admin_rules_cover_everything() {
+        assert!(missing(&[rule(&["*"], &["*"], &["*"])]).is_empty());
+    }
+
+    #[test]
+    fn read_only_rules_are_not_enough() {
+        let rules = vec![rule(&["", "apps"], &["*"], &["get", "list", "watch"])];
+        let m = missing(&rules);
+        assert_eq!(m.len(), NEEDED.len());
+        assert!(m.contains(&"apps/deployments:create".to_string()));
+        assert!(m.contains(&"secrets:create".to_string()));
+    }
+
+    #[test]
+    fn resource_name_scoped_rules_do_not_count() {
+        let mut r = rule(&["route.openshift.io"], &["routes"], &["create"]);
+        r.resource_names = Some(vec!["only-this".into()]);
+        assert!(!allows(&[r.clone()], "route.openshift.io", "routes", "create"));
+        r.resource_names = Some(vec![]);
+        assert!(allows(&[r], "route.openshift.io", "routes", "create"));
+    }
+
+    #[test]
+    fn message_names_the_command() {
+        let m = not_prepared_message(
+            "team",
+            &["apps/deployments:create".into()],
+            "tinycode-operator-system",
+            "tinycode-operator-manager",
+        );
+        assert!(m.contains("oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount=tinycode-operator-system:tinycode-operator-manager -n team"));
+        assert!(m.contains("apps/deployments:create"));
+    }
+}

@@ -1,0 +1,222 @@
+//! Status of a `TinycodeInstance` (pure): conditions that keep their
+//! transition time unless their status flips, and the phase/Ready decision
+//! from what the cluster reports.
+
+use crate::api::{Condition, Phase, TinycodeInstanceStatus};
+
+pub const READY: &str = "Ready";
+pub const VLLM_WARNING: &str = "VllmWarning";
+pub const VLLM_CONFIG_READY: &str = "VllmConfigReady";
+pub const CLUSTER_ADMIN_READY: &str = "ClusterAdminReady";
+
+/// A condition as the reconcile wants it, before transition times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Desired {
+    pub fn new(type_: &'static str, status: bool, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { type_, status, reason: reason.into(), message: message.into() }
+    }
+}
+
+/// Merges desired conditions into the previous ones. `lastTransitionTime`
+/// moves only when a condition's status changes; conditions of types not
+/// desired any more (say VllmConfigReady once vllm is removed) are dropped.
+pub fn merge_conditions(
+    previous: &[Condition],
+    desired: &[Desired],
+    now: &str,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    desired
+        .iter()
+        .map(|d| {
+            let status = if d.status { "True" } else { "False" }.to_string();
+            let last_transition_time = previous
+                .iter()
+                .find(|c| c.type_ == d.type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.to_string());
+            Condition {
+                type_: d.type_.to_string(),
+                status,
+                reason: d.reason.clone(),
+                message: d.message.clone(),
+                last_transition_time,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// What the cluster says about the workload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Deployment replicas wanted.
+    pub desired_replicas: i32,
+    /// Deployment `status.availableReplicas`.
+    pub available_replicas: i32,
+    /// Deployment `status.updatedReplicas`.
+    pub updated_replicas: i32,
+    /// Deployment status reflects its current spec.
+    pub deployment_current: bool,
+    /// Host the router admitted the Route under, if it has.
+    pub admitted_host: Option<String>,
+    /// The Route terminates TLS.
+    pub tls: bool,
+}
+
+/// Phase, URL and Ready condition for a successfully applied instance.
+pub fn workload_status(observed: &Observed, warnings: &[String]) -> (Phase, Option<String>, Desired) {
+    let url = observed.admitted_host.as_ref().map(|h| format!("{}://{h}", if observed.tls { "https" } else { "http" }));
+    let rollout_done = observed.deployment_current
+        && observed.updated_replicas >= observed.desired_replicas
+        && observed.available_replicas >= observed.desired_replicas;
+    if !rollout_done {
+        let msg = format!(
+            "waiting for the Deployment: {}/{} replicas available and updated; see `oc get pods -l app.kubernetes.io/component=server` for pods that do not start",
+            observed.available_replicas.min(observed.updated_replicas),
+            observed.desired_replicas
+        );
+        return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
+    }
+    let mut message = match &url {
+        Some(u) => format!("tinycode is available at {u}"),
+        None => "tinycode is available; the Route has not been admitted by a router yet, so it has no URL".to_string(),
+    };
+    for w in warnings {
+        message.push_str("; warning: ");
+        message.push_str(w);
+    }
+    (Phase::Running, url, Desired::new(READY, true, "Available", message))
+}
+
+/// Status for a failure, keeping what is still true (URL, release revision).
+pub fn failed(
+    previous: Option<&TinycodeInstanceStatus>,
+    reason: &str,
+    message: &str,
+    now: &str,
+    generation: Option<i64>,
+) -> TinycodeInstanceStatus {
+    let prev = previous.cloned().unwrap_or_default();
+    let mut desired = vec![Desired::new(READY, false, reason, message)];
+    // Other condition types stay as they were.
+    for c in prev.conditions.iter().filter(|c| c.type_ != READY) {
+        desired.push(Desired {
+            type_: leak_type(&c.type_),
+            status: c.status == "True",
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        });
+    }
+    TinycodeInstanceStatus {
+        phase: Some(Phase::Failed),
+        conditions: merge_conditions(&prev.conditions, &desired, now, generation),
+        observed_generation: generation,
+        ..prev
+    }
+}
+
+fn leak_type(t: &str) -> &'static str {
+    match t {
+        VLLM_WARNING => VLLM_WARNING,
+        VLLM_CONFIG_READY => VLLM_CONFIG_READY,
+        CLUSTER_ADMIN_READY => CLUSTER_ADMIN_READY,
+        _ => READY,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(type_: &str, status: &str, t: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: "m".into(),
+            last_transition_time: t.into(),
+            observed_generation: Some(1),
+        }
+    }
+
+    #[test]
+    fn transition_time_changes_only_on_flip() {
+        let prev = vec![cond(READY, "False", "2026-01-01T00:00:00Z")];
+        let same = merge_conditions(
+            &prev,
+            &[Desired::new(READY, false, "Deploying", "still")],
+            "2026-01-02T00:00:00Z",
+            Some(2),
+        );
+        assert_eq!(same[0].last_transition_time, "2026-01-01T00:00:00Z");
+        assert_eq!(same[0].message, "still");
+        assert_eq!(same[0].observed_generation, Some(2));
+        let flipped =
+            merge_conditions(&prev, &[Desired::new(READY, true, "Available", "up")], "2026-01-02T00:00:00Z", Some(2));
+        assert_eq!(flipped[0].last_transition_time, "2026-01-02T00:00:00Z");
+        assert_eq!(flipped[0].status, "True");
+    }
+
+    #[test]
+    fn undesired_conditions_are_dropped() {
+        let prev = vec![cond(READY, "True", "t0"), cond(VLLM_CONFIG_READY, "True", "t0")];
+        let out = merge_conditions(&prev, &[Desired::new(READY, true, "Available", "up")], "t1", None);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].last_transition_time, "t0");
+    }
+
+    #[test]
+    fn running_needs_an_available_current_rollout() {
+        let mut o = Observed {
+            desired_replicas: 2,
+            available_replicas: 1,
+            updated_replicas: 2,
+            deployment_current: true,
+            admitted_host: None,
+            tls: true,
+        };
+        let (phase, url, ready) = workload_status(&o, &[]);
+        assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));
+        assert!(ready.message.contains("1/2"));
+        o.available_replicas = 2;
+        o.deployment_current = false;
+        assert_eq!(workload_status(&o, &[]).0, Phase::Deploying, "a stale Deployment status is not a finished rollout");
+        o.deployment_current = true;
+        let (phase, url, ready) = workload_status(&o, &["no password".into()]);
+        assert_eq!((phase, url, ready.status), (Phase::Running, None, true));
+        assert!(ready.message.contains("not been admitted") && ready.message.contains("no password"));
+        o.admitted_host = Some("dev.apps.example.com".into());
+        assert_eq!(workload_status(&o, &[]).1.as_deref(), Some("https://dev.apps.example.com"));
+        o.tls = false;
+        assert_eq!(workload_status(&o, &[]).1.as_deref(), Some("http://dev.apps.example.com"));
+    }
+
+    #[test]
+    fn failure_keeps_url_and_other_conditions() {
+        let prev = TinycodeInstanceStatus {
+            phase: Some(Phase::Running),
+            url: Some("https://x".into()),
+            conditions: vec![cond(READY, "True", "t0"), cond(VLLM_WARNING, "False", "t0")],
+            ..Default::default()
+        };
+        let s = failed(Some(&prev), "SecretMissing", "create it", "t1", Some(3));
+        assert_eq!(s.phase, Some(Phase::Failed));
+        assert_eq!(s.url.as_deref(), Some("https://x"));
+        assert_eq!(s.observed_generation, Some(3));
+        let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.as_str()),
+            ("False", "SecretMissing", "t1")
+        );
+        let w = s.conditions.iter().find(|c| c.type_ == VLLM_WARNING).unwrap();
+        assert_eq!(w.last_transition_time, "t0");
+    }
+}
