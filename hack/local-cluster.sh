@@ -78,6 +78,9 @@ cleanup() {
 	done
 }
 trap cleanup EXIT
+# Run the EXIT trap on interruption too (bash skips it for fatal signals).
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Print the last lines of a log file to stderr, framed, for error reports.
 show_log_tail() {
@@ -485,8 +488,10 @@ fail_start() {
 
 wait_for() {
 	local what=$1 process=$2 check=$3 deadline=$((SECONDS + START_TIMEOUT))
-	until "$check"; do
+	while :; do
+		# Process first: a foreign server on the same port must not pass.
 		[[ -n "$(pid_of "$process")" ]] || fail_start "${process} exited while waiting for ${what}"
+		"$check" && break
 		((SECONDS < deadline)) || fail_start "${what} not reached within ${START_TIMEOUT}s"
 		sleep 0.25
 	done

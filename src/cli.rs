@@ -52,6 +52,8 @@ pub enum Command {
     Scc,
     /// Print stand-in CRDs for the OpenShift APIs (Route, SCC) for a plain kube-apiserver.
     OpenshiftCrds,
+    /// Print the operator's ClusterRole, generated from its declared API calls.
+    Rbac,
     /// Print the version.
     Version,
 }
@@ -166,6 +168,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::OpenshiftCrds => print_yaml(
             &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
         ),
+        Command::Rbac => print_yaml(&[crate::rbac::cluster_role_manifest()]),
         Command::Version => {
             println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -1,0 +1,277 @@
+//! Turns a bare kube-apiserver (hack/local-cluster.sh) into enough of an
+//! OpenShift cluster to run the operator for real: the Route and SCC APIs,
+//! the operator's CRD, SCCs and RBAC, a prepared namespace, and a kubeconfig
+//! that authenticates as the operator's own ServiceAccount. Used by the
+//! end-to-end tests and `make run-local`; never by the operator itself.
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, CustomResourceExt};
+use serde_json::json;
+
+use crate::api::TinycodeInstance;
+use crate::openshift::{self, SecurityContextConstraints};
+use crate::rbac;
+use crate::scc::ALL_TIERS;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const MANAGER: &str = "tinycode-local-setup";
+pub const OPERATOR_NAMESPACE: &str = "tinycode-operator-system";
+pub const OPERATOR_SERVICE_ACCOUNT: &str = "tinycode-operator-manager";
+
+fn pp() -> PatchParams {
+    PatchParams::apply(MANAGER).force()
+}
+
+/// Applies a CRD and waits until the apiserver serves it.
+pub async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) -> Result<(), BoxError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().ok_or("CRD without a name")?;
+    let mut crd = crd.clone();
+    crd.metadata.resource_version = None;
+    crd.status = None;
+    api.patch(&name, &pp(), &Patch::Apply(&crd)).await?;
+    for _ in 0..300 {
+        let live = api.get(&name).await?;
+        let established = live
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            // Discovery lags Established by a moment.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("CRD {name} was not Established within 30 s").into())
+}
+
+/// Route and SCC APIs: the real OpenShift schemas from `dir` when given, else
+/// the operator's own stand-ins.
+pub async fn install_openshift_apis(client: &Client, dir: Option<&Path>) -> Result<(), BoxError> {
+    let crds = match dir {
+        Some(dir) => {
+            let mut crds = Vec::new();
+            for file in ["routes.route.openshift.io.yaml", "securitycontextconstraints.security.openshift.io.yaml"] {
+                let text = std::fs::read_to_string(dir.join(file))?;
+                crds.push(serde_yaml::from_str::<CustomResourceDefinition>(&text)?);
+            }
+            crds
+        }
+        None => openshift::stand_in_crds(),
+    };
+    for crd in &crds {
+        apply_crd(client, crd).await?;
+    }
+    Ok(())
+}
+
+/// What `make install` puts on a cluster that the tests need: CRD, SCCs and
+/// their use roles, the operator's namespace, ServiceAccount and ClusterRole.
+pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
+    apply_crd(client, &TinycodeInstance::crd()).await?;
+    let sccs: Api<SecurityContextConstraints> = Api::all(client.clone());
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    for tier in ALL_TIERS {
+        sccs.patch(&tier.scc_name(), &pp(), &Patch::Apply(&openshift::scc_manifest(&tier.scc()))).await?;
+        let role = with_type(tier.use_role(), "ClusterRole");
+        roles.patch(&tier.use_cluster_role(), &pp(), &Patch::Apply(&role)).await?;
+    }
+    apply_named::<Namespace>(
+        client,
+        OPERATOR_NAMESPACE,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}),
+    )
+    .await?;
+    Api::<ServiceAccount>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .patch(
+            OPERATOR_SERVICE_ACCOUNT,
+            &pp(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": OPERATOR_SERVICE_ACCOUNT, "namespace": OPERATOR_NAMESPACE}})),
+        )
+        .await?;
+    roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: rbac::OPERATOR_CLUSTER_ROLE.into(),
+        },
+        subjects: Some(vec![operator_subject()]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(with_type(binding, "ClusterRoleBinding")))
+        .await?;
+    Ok(())
+}
+
+/// OpenShift aggregates Route permissions into `admin`/`edit`; a bare
+/// apiserver has no aggregation controller, so this plays it: it adds the
+/// Route rules OpenShift ships and fills each aggregated ClusterRole's rules
+/// from the roles its selectors match.
+pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let routes_role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some("tinycode-local:openshift-routes-admin".into()),
+            labels: Some(
+                [
+                    ("rbac.authorization.k8s.io/aggregate-to-admin".to_string(), "true".to_string()),
+                    ("rbac.authorization.k8s.io/aggregate-to-edit".to_string(), "true".to_string()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["route.openshift.io".into()]),
+            resources: Some(vec!["routes".into(), "routes/custom-host".into()]),
+            verbs: ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    roles
+        .patch("tinycode-local:openshift-routes-admin", &pp(), &Patch::Apply(with_type(routes_role, "ClusterRole")))
+        .await?;
+
+    let all = roles.list(&Default::default()).await?.items;
+    for role in &all {
+        let Some(rule) = &role.aggregation_rule else { continue };
+        let mut rules: Vec<PolicyRule> = Vec::new();
+        for selector in rule.cluster_role_selectors.iter().flatten() {
+            let wanted = selector.match_labels.clone().unwrap_or_default();
+            for other in &all {
+                let labels = other.metadata.labels.clone().unwrap_or_default();
+                if other.metadata.name != role.metadata.name && wanted.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                    for r in other.rules.iter().flatten() {
+                        if !rules.contains(r) {
+                            rules.push(r.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let name = role.metadata.name.clone().unwrap_or_default();
+        roles.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"rules": rules}))).await?;
+    }
+    Ok(())
+}
+
+/// Prepares a namespace as the README tells a cluster-admin to: the
+/// operator's `admin` RoleBinding and a password Secret.
+pub async fn prepare_namespace(client: &Client, ns: &str, password: Option<&str>) -> Result<(), BoxError> {
+    apply_named::<Namespace>(client, ns, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+        .await?;
+    let rb = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("tinycode-operator-admin".into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "admin".into(),
+        },
+        subjects: Some(vec![operator_subject()]),
+    };
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .patch("tinycode-operator-admin", &pp(), &Patch::Apply(with_type(rb, "RoleBinding")))
+        .await?;
+    if let Some(pw) = password {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tinycode-password", "namespace": ns},
+                            "stringData": {"TINYCODE_SERVER_PASSWORD": pw}});
+        Api::<Secret>::namespaced(client.clone(), ns).patch("tinycode-password", &pp(), &Patch::Apply(secret)).await?;
+    }
+    Ok(())
+}
+
+/// Writes a kubeconfig that authenticates as the operator's ServiceAccount
+/// with a fresh token, pointing at the same server as `admin_kubeconfig`.
+pub async fn write_operator_kubeconfig(client: &Client, admin_kubeconfig: &Path, out: &Path) -> Result<(), BoxError> {
+    let admin = kube::config::Kubeconfig::read_from(admin_kubeconfig)?;
+    let cluster = admin.clusters.first().and_then(|c| c.cluster.clone()).ok_or("admin kubeconfig has no cluster")?;
+    let server = cluster.server.ok_or("admin kubeconfig has no server")?;
+    let ca = match (cluster.certificate_authority_data, cluster.certificate_authority) {
+        (Some(data), _) => data,
+        (None, Some(path)) => {
+            use std::io::Read;
+            let mut pem = Vec::new();
+            std::fs::File::open(path)?.read_to_end(&mut pem)?;
+            base64::engine::general_purpose::STANDARD.encode(&pem)
+        }
+        (None, None) => return Err("admin kubeconfig has no certificate authority".into()),
+    };
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(24 * 3600), ..Default::default() }),
+        ..Default::default()
+    };
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let token: TokenRequest = sas
+        .create_subresource("token", OPERATOR_SERVICE_ACCOUNT, &PostParams::default(), &serde_json::to_vec(&request)?)
+        .await?;
+    let token = token.status.ok_or("token request returned no token")?.token;
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        "current-context": "operator",
+    });
+    write_private(out, serde_yaml::to_string(&config)?.as_bytes())?;
+    Ok(())
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(bytes)
+}
+
+fn operator_subject() -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: OPERATOR_SERVICE_ACCOUNT.into(),
+        namespace: Some(OPERATOR_NAMESPACE.into()),
+        ..Default::default()
+    }
+}
+
+fn with_type<T: serde::Serialize>(obj: T, kind: &str) -> serde_json::Value {
+    let mut v = serde_json::to_value(obj).expect("serialises");
+    let api_version = match kind {
+        "Namespace" | "Secret" | "ServiceAccount" => "v1",
+        _ => "rbac.authorization.k8s.io/v1",
+    };
+    v["apiVersion"] = api_version.into();
+    v["kind"] = kind.into();
+    v
+}
+
+async fn apply_named<K>(client: &Client, name: &str, obj: serde_json::Value) -> Result<(), BoxError>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::all(client.clone()).patch(name, &pp(), &Patch::Apply(obj)).await?;
+    Ok(())
+}

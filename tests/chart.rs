@@ -1,0 +1,398 @@
+//! Chart tests: the operator's values for representative specs, rendered by
+//! the real `helm template`, asserted on the parsed objects.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+use tinycode_operator::api::TinycodeInstanceSpec;
+use tinycode_operator::settings::Settings;
+use tinycode_operator::values::{self, InstanceRef, Values};
+use tinycode_operator::{config, naming};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The helm 3 binary: $TINYCODE_HELM, else the one hack/local-cluster.sh builds.
+fn helm() -> &'static PathBuf {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        if let Some(h) = std::env::var_os("TINYCODE_HELM") {
+            return PathBuf::from(h);
+        }
+        let out = Command::new("bash")
+            .arg(root().join("hack/local-cluster.sh"))
+            .arg("tools")
+            .output()
+            .expect("run hack/local-cluster.sh tools");
+        assert!(out.status.success(), "hack/local-cluster.sh tools failed: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        PathBuf::from(text.lines().find_map(|l| l.strip_prefix("TINYCODE_HELM=")).expect("TINYCODE_HELM line"))
+    })
+}
+
+fn values_for(spec: Value) -> Values {
+    let spec: TinycodeInstanceSpec = serde_json::from_value(spec).expect("spec");
+    let cfg = config::generate(&spec, &Default::default());
+    values::build(&InstanceRef { name: "dev", namespace: "team", uid: "uid-123" }, &spec, &Settings::default(), cfg)
+}
+
+fn helm_cmd(args: &[&str], values: &Values) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.json");
+    std::fs::write(&file, serde_json::to_vec(values).unwrap()).unwrap();
+    Command::new(helm())
+        .args(args)
+        .arg(root().join("helm-charts/tinycode"))
+        .args(["-f", file.to_str().unwrap()])
+        .env("HELM_CACHE_HOME", dir.path().join("c"))
+        .env("HELM_CONFIG_HOME", dir.path().join("f"))
+        .env("HELM_DATA_HOME", dir.path().join("d"))
+        .output()
+        .expect("run helm")
+}
+
+/// Renders the chart with the operator's values for `spec`.
+fn render(spec: Value) -> (Values, Vec<Value>) {
+    let v = values_for(spec);
+    let release = naming::release_name("team", "dev");
+    let out = helm_cmd(&["template", &release, "--namespace", "team"], &v);
+    assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::with::singleton_map_recursive::deserialize::<Value, _>(d).unwrap_or(Value::Null))
+        .filter(|d| !d.is_null())
+        .collect();
+    (v, docs)
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} among {:?}", kinds(docs)))
+}
+
+fn kinds(docs: &[Value]) -> Vec<String> {
+    let mut k: Vec<String> = docs
+        .iter()
+        .map(|d| format!("{}/{}", d["kind"].as_str().unwrap_or(""), d["metadata"]["name"].as_str().unwrap_or("")))
+        .collect();
+    k.sort();
+    k
+}
+
+fn container<'a>(deploy: &'a Value, name: &str) -> &'a Value {
+    deploy["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .expect("container")
+}
+
+fn env_of<'a>(ctr: &'a Value, name: &str) -> Option<&'a Value> {
+    ctr["env"].as_array().and_then(|e| e.iter().find(|x| x["name"] == name))
+}
+
+#[test]
+fn basic_instance_objects() {
+    let (v, docs) = render(json!({"auth": {"passwordSecret": "pw"}}));
+    assert_eq!(
+        kinds(&docs),
+        vec![
+            "Deployment/dev-tinycode",
+            "NetworkPolicy/dev-tinycode",
+            "PersistentVolumeClaim/dev-data",
+            "PersistentVolumeClaim/dev-projects",
+            "Role/dev-tinycode-discovery",
+            "RoleBinding/dev-tinycode-discovery",
+            "Service/dev-tinycode",
+            "ServiceAccount/dev-tinycode",
+        ]
+    );
+    for d in &docs {
+        let labels = &d["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/name"], "tinycode", "{d}");
+        assert_eq!(labels["app.kubernetes.io/instance"], "dev");
+        assert_eq!(labels["app.kubernetes.io/part-of"], "tinycode-operator", "the operator watches by this label");
+        assert_eq!(d["metadata"]["namespace"], "team");
+        let owners = &d["metadata"]["ownerReferences"];
+        if d["kind"] == "PersistentVolumeClaim" {
+            assert!(owners.is_null(), "PVCs must outlive the instance");
+            assert_eq!(d["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+        } else {
+            assert_eq!(owners[0]["uid"], "uid-123", "{}", d["kind"]);
+            assert_eq!(owners[0]["controller"], true);
+        }
+    }
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(dep["metadata"]["annotations"]["tinycode.dev/values-hash"], v.values_hash);
+    assert_eq!(dep["spec"]["strategy"]["type"], "Recreate", "RWO volumes cannot be shared by a surge pod");
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "dev-tinycode");
+    assert_eq!(pod["securityContext"]["runAsUser"], 1001);
+    assert_eq!(pod["securityContext"]["runAsGroup"], 0);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert!(pod["hostPID"].is_null() || pod["hostPID"] == false);
+    assert_eq!(dep["spec"]["template"]["metadata"]["annotations"]["openshift.io/required-scc"], "tinycode-restricted");
+    let c = container(dep, "tinycode");
+    assert_eq!(c["image"], "quay.io/bjohns/tinycode-container:latest");
+    assert_eq!(c["ports"][0], json!({"containerPort": 4096, "name": "http", "protocol": "TCP"}));
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert!(c["securityContext"]["capabilities"]["add"].is_null());
+    assert_eq!(
+        c["resources"],
+        json!({"limits": {"cpu": "2", "memory": "2Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}})
+    );
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/global/health");
+    assert_eq!(c["readinessProbe"]["initialDelaySeconds"], 5);
+    assert_eq!(c["livenessProbe"]["initialDelaySeconds"], 15);
+    assert_eq!(
+        env_of(c, "TINYCODE_SERVER_PASSWORD").unwrap()["valueFrom"]["secretKeyRef"],
+        json!({"name": "pw", "key": "TINYCODE_SERVER_PASSWORD"})
+    );
+    assert_eq!(env_of(c, "TINYCODE_DISABLE_LSP_DOWNLOAD").unwrap()["value"], "1");
+    assert!(env_of(c, "TINYCODE_CONFIG_CONTENT").is_none());
+    assert!(env_of(c, "KUBECONFIG").is_none());
+    let mounts: Vec<(String, String)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["mountPath"].as_str().unwrap().to_string(), m["subPath"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert!(mounts.contains(&("/home/tinycode/.local/share/tinycode".into(), "data".into())), "{mounts:?}");
+    assert!(mounts.contains(&("/home/tinycode/.config/tinycode".into(), "config".into())));
+    assert!(mounts.iter().any(|m| m.0 == "/projects"));
+    let pvc = find(&docs, "PersistentVolumeClaim", "dev-projects");
+    assert_eq!(pvc["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+    assert_eq!(pvc["spec"]["resources"]["requests"]["storage"], "10Gi");
+    assert!(pvc["spec"]["storageClassName"].is_null(), "no class means the cluster default");
+    let svc = find(&docs, "Service", "dev-tinycode");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 4096);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
+    assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 1);
+    assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": 4096, "protocol": "TCP"}]));
+}
+
+#[test]
+fn host_path_replaces_the_projects_pvc() {
+    let (_, docs) =
+        render(json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": true}, "storageClassName": "fast"}}));
+    assert!(!kinds(&docs).iter().any(|k| k.starts_with("PersistentVolumeClaim")), "{:?}", kinds(&docs));
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    let vols = dep["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+    assert!(vols.iter().any(|v| v["hostPath"]["path"] == "/srv/code"));
+    assert!(vols.iter().any(|v| v["emptyDir"].is_object()), "the data volume is an emptyDir with hostPath");
+    let c = container(dep, "tinycode");
+    let projects = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/projects").unwrap();
+    assert_eq!(projects["readOnly"], true);
+    assert_eq!(dep["spec"]["template"]["metadata"]["annotations"]["openshift.io/required-scc"], "tinycode-hostpath");
+}
+
+#[test]
+fn shell_tier_gets_host_pid_and_only_sys_ptrace() {
+    let (_, docs) = render(json!({"shell": {"enabled": true}}));
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(dep["spec"]["template"]["spec"]["hostPID"], true);
+    let caps = &container(dep, "tinycode")["securityContext"]["capabilities"];
+    assert_eq!(caps["add"], json!(["SYS_PTRACE"]));
+    assert_eq!(container(dep, "tinycode")["securityContext"]["privileged"], false);
+    assert_eq!(dep["spec"]["template"]["metadata"]["annotations"]["openshift.io/required-scc"], "tinycode-shell");
+}
+
+#[test]
+fn shared_workspace_uses_rwx_and_no_sqlite_pvc() {
+    let (_, docs) =
+        render(json!({"replicas": 3, "storage": {"projectsAccessMode": "ReadWriteMany", "retainOnDelete": false}}));
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(dep["spec"]["replicas"], 3);
+    assert!(
+        !kinds(&docs).contains(&"PersistentVolumeClaim/dev-data".to_string()),
+        "SQLite is not shareable: the data volume is an emptyDir"
+    );
+    let pvc = find(&docs, "PersistentVolumeClaim", "dev-projects");
+    assert_eq!(pvc["spec"]["accessModes"], json!(["ReadWriteMany"]));
+    assert!(
+        pvc["metadata"]["annotations"]["helm.sh/resource-policy"].is_null(),
+        "retainOnDelete false: helm uninstall removes it"
+    );
+}
+
+#[test]
+fn generated_config_reaches_the_pod_through_one_config_map() {
+    let (v, docs) = render(
+        json!({"model": "qwen", "vllm": [{"name": "q", "url": "http://vllm:8000", "models": {"qwen": {"contextLimit": 32768, "outputLimit": 4096}}}],
+                                  "discovery": {"namespaces": ["models", "ai"]}}),
+    );
+    let cm = find(&docs, "ConfigMap", "dev-tinycode-config");
+    let cfg: Value = serde_json::from_str(cm["data"]["config.json"].as_str().unwrap()).unwrap();
+    assert_eq!(cfg["model"], "qwen");
+    assert_eq!(cfg["providers"]["q"]["url"], "http://vllm:8000/v1");
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    let c = container(dep, "tinycode");
+    assert_eq!(
+        env_of(c, "TINYCODE_CONFIG_CONTENT").unwrap()["valueFrom"]["configMapKeyRef"],
+        json!({"name": "dev-tinycode-config", "key": "config.json"})
+    );
+    assert_eq!(dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"], v.config.checksum);
+    assert_eq!(env_of(c, "TINYCODE_DISCOVERY_NAMESPACES").unwrap()["value"], "models,ai");
+    let cr = find(&docs, "ClusterRole", "tinycode:team:dev-discovery");
+    assert!(cr["metadata"]["ownerReferences"].is_null());
+    let crb = find(&docs, "ClusterRoleBinding", "tinycode:team:dev-discovery");
+    assert_eq!(crb["subjects"][0], json!({"kind": "ServiceAccount", "name": "dev-tinycode", "namespace": "team"}));
+}
+
+#[test]
+fn cluster_admin_mode_mounts_the_kubeconfig_read_only() {
+    let (_, docs) =
+        render(json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "ocVersion": "4.17"}}));
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    let c = container(dep, "tinycode");
+    assert_eq!(env_of(c, "KUBECONFIG").unwrap()["value"], "/home/tinycode/.kube/config");
+    assert_eq!(env_of(c, "TINYCODE_CLUSTER_ADMIN").unwrap()["value"], "true");
+    assert_eq!(env_of(c, "TINYCODE_OC_VERSION").unwrap()["value"], "4.17");
+    assert_eq!(c["readinessProbe"]["initialDelaySeconds"], 60);
+    assert_eq!(c["livenessProbe"]["initialDelaySeconds"], 90);
+    let vol = dep["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["secret"]["secretName"] == "kc")
+        .expect("kubeconfig volume");
+    assert_eq!(vol["secret"]["defaultMode"], 256);
+    assert!(
+        find(&docs, "ConfigMap", "dev-tinycode-config")["data"]["config.json"]
+            .as_str()
+            .unwrap()
+            .contains("cluster-admin")
+    );
+}
+
+#[test]
+fn git_values_reach_the_init_container_only_as_env() {
+    let url = "https://example.com/team/repo.git";
+    let (_, docs) = render(
+        json!({"git": {"url": url, "branch": "release/1.2", "depth": 3, "pullOnRestart": true, "credentialsSecret": "git-creds"}}),
+    );
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    let init = dep["spec"]["template"]["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "git-clone")
+        .expect("git-clone");
+    assert_eq!(env_of(init, "TINYCODE_GIT_REPO").unwrap()["value"], url);
+    assert_eq!(env_of(init, "TINYCODE_GIT_BRANCH").unwrap()["value"], "release/1.2");
+    assert_eq!(env_of(init, "TINYCODE_GIT_DEPTH").unwrap()["value"], "3");
+    let script = init["command"].to_string() + &init["args"].to_string();
+    assert!(
+        !script.contains("example.com") && !script.contains("release/1.2"),
+        "values must not be spliced into shell text"
+    );
+    let creds = dep["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["secret"]["secretName"] == "git-creds")
+        .expect("credentials volume");
+    assert_eq!(creds["secret"]["defaultMode"], 256);
+}
+
+#[test]
+fn ollama_bundle_lives_in_the_same_release() {
+    let (_, docs) = render(json!({"ollama": {"enabled": true, "models": ["qwen2.5-coder:7b", "llama3"]}}));
+    let od = find(&docs, "Deployment", "dev-ollama");
+    find(&docs, "Service", "dev-ollama");
+    let pvc = find(&docs, "PersistentVolumeClaim", "dev-ollama-models");
+    assert_eq!(pvc["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let c = &od["spec"]["template"]["spec"]["containers"][0];
+    // Models are positional arguments after the fixed script, never spliced into it.
+    let argv: Vec<String> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(c["args"].as_array().into_iter().flatten())
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    let script = &argv[2];
+    assert!(!script.contains("qwen2.5-coder") && !script.contains("llama3"));
+    assert_eq!(&argv[argv.len() - 2..], ["qwen2.5-coder:7b", "llama3"]);
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(env_of(container(dep, "tinycode"), "TINYCODE_OLLAMA_HOST").unwrap()["value"], "http://dev-ollama:11434");
+}
+
+#[test]
+fn lint_is_clean_for_every_sample() {
+    let dir = root().join("config/samples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let inst: tinycode_operator::api::TinycodeInstance =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let spec = serde_json::to_value(&inst.spec).unwrap();
+        let v = values_for(spec);
+        let out = helm_cmd(&["lint", "--strict"], &v);
+        assert!(
+            out.status.success(),
+            "helm lint --strict failed for {}: {}{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        n += 1;
+    }
+    assert!(n >= 8, "expected a sample per mode, found {n}");
+}
+
+#[test]
+fn values_schema_rejects_what_the_operator_would_never_emit() {
+    let mut v = serde_json::to_value(values_for(json!({}))).unwrap();
+    v["replicas"] = json!(0);
+    v["unknownKey"] = json!(true);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v.json");
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = Command::new(helm())
+        .args(["template", "x"])
+        .arg(root().join("helm-charts/tinycode"))
+        .args(["-f", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the schema must reject replicas 0 and unknown keys");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("replicas") || err.contains("unknownKey"), "{err}");
+}
+
+/// The chart's own values.yaml has exactly the keys the operator emits.
+#[test]
+fn chart_defaults_have_the_operator_values_shape() {
+    fn shape(v: &Value, path: &str, out: &mut Vec<String>) {
+        if let Value::Object(m) = v {
+            for (k, x) in m {
+                // Maps keyed by user data (nodeSelector, vllm models) are open.
+                if ["nodeSelector"].contains(&k.as_str()) {
+                    out.push(format!("{path}.{k}"));
+                    continue;
+                }
+                shape(x, &format!("{path}.{k}"), out);
+            }
+        } else {
+            out.push(path.to_string());
+        }
+    }
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root().join("helm-charts/tinycode/values.yaml")).unwrap())
+            .unwrap();
+    let ours = serde_json::to_value(values_for(json!({}))).unwrap();
+    let (mut a, mut b) = (vec![], vec![]);
+    shape(&chart, "", &mut a);
+    shape(&ours, "", &mut b);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+}

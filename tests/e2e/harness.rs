@@ -1,0 +1,322 @@
+//! The end-to-end harness: a real kube-apiserver (hack/local-cluster.sh), the
+//! OpenShift APIs, the operator's CRD/SCCs/RBAC, and the real operator binary
+//! running as its own ServiceAccount with real helm. The harness plays the
+//! kubelet (Deployment status) and the OpenShift router (Route status).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::devcluster;
+use tinycode_operator::openshift::Route;
+
+pub type TestResult = Result<(), String>;
+
+/// Turns any error into the test failure message.
+pub trait Ctx<T> {
+    fn ctx(self, what: &str) -> Result<T, String>;
+}
+
+impl<T, E: std::fmt::Display> Ctx<T> for Result<T, E> {
+    fn ctx(self, what: &str) -> Result<T, String> {
+        self.map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where the real OpenShift CRD schemas are, if this checkout has them.
+pub fn openshift_crds_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("TINYCODE_OPENSHIFT_CRDS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/openshift-crds"));
+    dir.join("routes.route.openshift.io.yaml").is_file().then_some(dir)
+}
+
+pub struct Env {
+    pub admin_kubeconfig: PathBuf,
+    pub operator_kubeconfig: PathBuf,
+    pub helm: PathBuf,
+    pub work: tempfile::TempDir,
+    pub run_id: String,
+    pub real_openshift_schemas: bool,
+    operator: Option<Child>,
+}
+
+impl Env {
+    /// Starts (or reuses) the control plane and installs everything.
+    pub async fn setup() -> Result<Env, String> {
+        let script = repo_root().join("hack/local-cluster.sh");
+        let tools = Command::new("bash")
+            .arg(&script)
+            .arg("tools")
+            .stderr(Stdio::inherit())
+            .output()
+            .ctx("run hack/local-cluster.sh tools")?;
+        if !tools.status.success() {
+            return Err("hack/local-cluster.sh tools failed (see above)".into());
+        }
+        let tools = String::from_utf8_lossy(&tools.stdout).to_string();
+        let helm = tools
+            .lines()
+            .find_map(|l| l.strip_prefix("TINYCODE_HELM="))
+            .map(PathBuf::from)
+            .ok_or("hack/local-cluster.sh tools printed no TINYCODE_HELM")?;
+        let start = Command::new("bash")
+            .arg(&script)
+            .arg("start")
+            .stderr(Stdio::inherit())
+            .output()
+            .ctx("run hack/local-cluster.sh start")?;
+        if !start.status.success() {
+            return Err("hack/local-cluster.sh start failed (see above)".into());
+        }
+        let out = String::from_utf8_lossy(&start.stdout).to_string();
+        let admin_kubeconfig = out
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+            .map(PathBuf::from)
+            .ok_or("hack/local-cluster.sh start printed no KUBECONFIG line")?;
+        // SAFETY: set before any other thread reads the environment.
+        unsafe { std::env::set_var("KUBECONFIG", &admin_kubeconfig) };
+
+        let work = tempfile::Builder::new().prefix("tinycode-e2e-").tempdir().ctx("temp dir")?;
+        let client = Client::try_default().await.ctx("admin client")?;
+        let crds = openshift_crds_dir();
+        devcluster::install_openshift_apis(&client, crds.as_deref()).await.ctx("install OpenShift APIs")?;
+        devcluster::install_operator(&client).await.ctx("install operator CRD, SCCs, RBAC")?;
+        devcluster::aggregate_cluster_roles(&client).await.ctx("aggregate cluster roles")?;
+        let operator_kubeconfig = work.path().join("operator.kubeconfig");
+        devcluster::write_operator_kubeconfig(&client, &admin_kubeconfig, &operator_kubeconfig)
+            .await
+            .ctx("operator kubeconfig")?;
+        let run_id = format!("{:04x}", std::process::id() % 0xffff);
+        Ok(Env {
+            admin_kubeconfig,
+            operator_kubeconfig,
+            helm,
+            work,
+            run_id,
+            real_openshift_schemas: crds.is_some(),
+            operator: None,
+        })
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::try_default().await.expect("admin client")
+    }
+
+    /// Namespace name unique to this run.
+    pub fn ns(&self, base: &str) -> String {
+        format!("e2e-{base}-{}", self.run_id)
+    }
+
+    /// Starts the operator binary as its ServiceAccount, with `helm` as its helm.
+    pub fn start_operator_with(&mut self, helm: &Path) -> TestResult {
+        self.stop_operator();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.work.path().join("operator.log"))
+            .ctx("operator log")?;
+        let child = Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
+            .arg("run")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &self.operator_kubeconfig)
+            .env("HELM_BIN", helm)
+            .env("HELM_CHART_PATH", repo_root().join("helm-charts/tinycode"))
+            .env("TINYCODE_BLOCKED_REQUEUE_SECONDS", "2")
+            .env("RUST_LOG", "info,tinycode_operator=debug,kube=warn")
+            .stdout(log.try_clone().ctx("log")?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .ctx("start the operator")?;
+        self.operator = Some(child);
+        Ok(())
+    }
+
+    pub fn start_operator(&mut self) -> TestResult {
+        let helm = self.helm.clone();
+        self.start_operator_with(&helm)
+    }
+
+    /// Kills the operator and everything it started (helm), as a pod's end would.
+    pub fn kill_operator(&mut self) {
+        if let Some(mut child) = self.operator.take() {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn stop_operator(&mut self) {
+        if let Some(mut child) = self.operator.take() {
+            let _ = Command::new("kill").args(["-TERM", "--", &format!("-{}", child.id())]).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            self.operator = Some(child);
+            self.kill_operator();
+        }
+    }
+
+    pub fn operator_log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.work.path().join("operator.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Helm, run as the cluster admin, for assertions on releases.
+    pub fn helm_json(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let out = Command::new(&self.helm)
+            .args(args)
+            .args(["-o", "json"])
+            .env("KUBECONFIG", &self.admin_kubeconfig)
+            .env("HELM_CACHE_HOME", self.work.path().join("helm-cache"))
+            .env("HELM_CONFIG_HOME", self.work.path().join("helm-config"))
+            .env("HELM_DATA_HOME", self.work.path().join("helm-data"))
+            .output()
+            .ctx("run helm")?;
+        if !out.status.success() {
+            return Err(format!("helm {args:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        serde_json::from_slice(&out.stdout).ctx("helm json")
+    }
+
+    /// The release's revision and status, or None when helm has no such release.
+    pub fn release(&self, ns: &str, release: &str) -> Result<Option<(i64, String)>, String> {
+        let list = self.helm_json(&["list", "-n", ns, "-a", "--filter", &format!("^{release}$")])?;
+        Ok(list.as_array().and_then(|a| a.first()).map(|r| {
+            let rev = r["revision"].as_str().and_then(|s| s.parse().ok()).or(r["revision"].as_i64()).unwrap_or(0);
+            (rev, r["status"].as_str().unwrap_or_default().to_string())
+        }))
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.stop_operator();
+    }
+}
+
+/// Polls `check` until it returns Ok(Some(v)) or the time is up.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_err = String::new();
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = e,
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "timed out after {timeout:?} waiting for {what}{}",
+                if last_err.is_empty() { String::new() } else { format!(" (last error: {last_err})") }
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Applies a TinycodeInstance from JSON as the user would (`oc apply`).
+pub async fn apply_instance(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<TinycodeInstance, kube::Error> {
+    let api: Api<TinycodeInstance> = Api::namespaced(client.clone(), ns);
+    let obj = json!({"apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeInstance", "metadata": {"name": name, "namespace": ns}, "spec": spec});
+    api.patch(name, &PatchParams::apply("e2e-user").force(), &Patch::Apply(&obj)).await
+}
+
+pub async fn get_instance(client: &Client, ns: &str, name: &str) -> Result<Option<TinycodeInstance>, String> {
+    Api::<TinycodeInstance>::namespaced(client.clone(), ns).get_opt(name).await.ctx("get instance")
+}
+
+/// Waits until the instance's status reports `phase` for its current generation.
+pub async fn wait_phase(client: &Client, ns: &str, name: &str, phase: &str) -> Result<TinycodeInstance, String> {
+    wait_for(&format!("{ns}/{name} to be {phase}"), WAIT, || async {
+        let Some(inst) = get_instance(client, ns, name).await? else { return Ok(None) };
+        let st = inst.status.clone().unwrap_or_default();
+        let current = st.observed_generation == inst.metadata.generation;
+        Ok((current && st.phase.map(|p| p.as_str()) == Some(phase)).then_some(inst))
+    })
+    .await
+}
+
+/// The Ready condition's (status, reason, message).
+pub fn ready(inst: &TinycodeInstance) -> (String, String, String) {
+    inst.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+/// Plays the kubelet: reports the Deployment's current generation as rolled out.
+pub async fn mark_available(client: &Client, ns: &str, deployment: &str) -> TestResult {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = wait_for(&format!("Deployment {ns}/{deployment}"), WAIT, || async {
+        api.get_opt(deployment).await.ctx("get deployment")
+    })
+    .await?;
+    let replicas = d.spec.replicas.unwrap_or(1);
+    let status = json!({"status": {
+        "observedGeneration": d.metadata.generation, "replicas": replicas, "updatedReplicas": replicas,
+        "readyReplicas": replicas, "availableReplicas": replicas,
+        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "e2e kubelet"}]
+    }});
+    api.patch_status(deployment, &PatchParams::apply("e2e-kubelet").force(), &Patch::Merge(&status))
+        .await
+        .ctx("mark deployment available")?;
+    Ok(())
+}
+
+/// Plays the OpenShift router: admits the Route under `host`.
+pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> TestResult {
+    let api: Api<Route> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("Route {ns}/{route}"), WAIT, || async { api.get_opt(route).await.ctx("get route") }).await?;
+    let status = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
+        "conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}});
+    api.patch_status(route, &PatchParams::default(), &Patch::Merge(&status)).await.ctx("admit route")?;
+    Ok(())
+}
+
+pub async fn prepare(client: &Client, ns: &str) -> TestResult {
+    devcluster::prepare_namespace(client, ns, Some("e2e-password")).await.ctx("prepare namespace")
+}
+
+pub async fn secret_exists(client: &Client, ns: &str, name: &str) -> Result<bool, String> {
+    Ok(Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await.ctx("get secret")?.is_some())
+}
+
+pub fn ensure(cond: bool, msg: impl Into<String>) -> TestResult {
+    if cond { Ok(()) } else { Err(msg.into()) }
+}
+
+pub fn ensure_eq<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> TestResult {
+    if got == want { Ok(()) } else { Err(format!("{what}: got {got:?}, want {want:?}")) }
+}

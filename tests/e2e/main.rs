@@ -1,0 +1,762 @@
+//! End-to-end tests of the operator against a real kube-apiserver with real
+//! helm. One control plane and one operator process serve every scenario;
+//! each scenario has its own namespace. Run with `make test` (or
+//! `cargo test --test e2e -- [FILTER]`).
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use harness::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde_json::{Value, json};
+use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::naming;
+use tinycode_operator::openshift::{Route, SecurityContextConstraints, scc_manifest};
+use tinycode_operator::scc::ALL_TIERS;
+
+type Scenario = for<'a> fn(&'a mut Env) -> Pin<Box<dyn Future<Output = TestResult> + 'a>>;
+
+enum Outcome {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        vec![$((stringify!($name), (|env| Box::pin($name(env))) as Scenario)),*]
+    };
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let all = scenarios![
+        admission_rejects_invalid_instances,
+        basic_instance_converges,
+        spec_change_makes_one_revision_and_resync_none,
+        deleted_or_edited_children_are_repaired,
+        unprepared_namespace_fails_then_recovers,
+        missing_password_secret_fails_then_recovers,
+        disallowed_registry_fails_without_applying_then_recovers,
+        privileged_tier_needs_namespace_approval,
+        delete_keeps_pvcs_and_a_new_instance_adopts_them,
+        delete_with_retain_false_removes_pvcs,
+        operator_killed_mid_upgrade_converges,
+        openshift_schemas_accept_operator_objects,
+    ];
+    let selected: Vec<_> =
+        all.into_iter().filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()))).collect();
+    if selected.is_empty() {
+        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let code = runtime.block_on(async move {
+        println!("\nrunning {} tests", selected.len());
+        let started = Instant::now();
+        let mut env = match Env::setup().await {
+            Ok(env) => env,
+            Err(e) => {
+                println!("e2e setup failed: {e}");
+                println!("\ntest result: FAILED. 0 passed; {} failed; 0 ignored; 0 measured; 0 filtered out", selected.len());
+                return 1;
+            }
+        };
+        println!("control plane ready in {:.1}s (OpenShift schemas: {})", started.elapsed().as_secs_f64(), if env.real_openshift_schemas { "real, from ../shared/openshift-crds" } else { "operator stand-ins" });
+        if let Err(e) = env.start_operator() {
+            println!("cannot start the operator: {e}");
+            return 1;
+        }
+        let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+        let mut failures = Vec::new();
+        for (name, scenario) in selected {
+            let t = Instant::now();
+            let outcome = match tokio::time::timeout(Duration::from_secs(240), scenario(&mut env)).await {
+                Ok(Ok(())) => Outcome::Passed,
+                Ok(Err(e)) if e.starts_with("SKIP:") => Outcome::Skipped(e),
+                Ok(Err(e)) => Outcome::Failed(e),
+                Err(_) => Outcome::Failed("scenario took longer than 240 s".into()),
+            };
+            let secs = t.elapsed().as_secs_f64();
+            match outcome {
+                Outcome::Passed => {
+                    passed += 1;
+                    println!("test {name} ... ok ({secs:.1}s)");
+                }
+                Outcome::Skipped(why) => {
+                    skipped += 1;
+                    println!("test {name} ... ignored ({why})");
+                }
+                Outcome::Failed(e) => {
+                    failed += 1;
+                    println!("test {name} ... FAILED ({secs:.1}s)");
+                    failures.push((name, e));
+                }
+            }
+        }
+        if !failures.is_empty() {
+            println!("\nfailures:");
+            for (name, e) in &failures {
+                println!("---- {name} ----\n{e}\n");
+            }
+            println!("operator log (last lines):\n{}\n", env.operator_log_tail());
+        }
+        env.stop_operator();
+        let verdict = if failed == 0 { "ok" } else { "FAILED" };
+        println!("\ntest result: {verdict}. {passed} passed; {failed} failed; {skipped} ignored; 0 measured; 0 filtered out; finished in {:.1}s\n", started.elapsed().as_secs_f64());
+        i32::from(failed > 0)
+    });
+    std::process::exit(code);
+}
+
+fn password_spec() -> Value {
+    json!({"auth": {"passwordSecret": "tinycode-password"}})
+}
+
+/// Applies an instance and waits for its first helm revision.
+async fn deploy(env: &Env, c: &Client, ns: &str, name: &str, spec: Value) -> Result<TinycodeInstance, String> {
+    apply_instance(c, ns, name, spec).await.ctx("apply instance")?;
+    let release = naming::release_name(ns, name);
+    wait_for(&format!("release {release} deployed"), WAIT, || async {
+        Ok(env.release(ns, &release)?.filter(|(_, s)| s == "deployed"))
+    })
+    .await?;
+    get_instance(c, ns, name).await?.ok_or_else(|| "instance vanished".into())
+}
+
+async fn admission_rejects_invalid_instances(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("admission");
+    prepare(&c, &ns).await?;
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("r1", json!({"replicas": 11}), "spec.replicas"),
+        ("r2", json!({"replicas": 3}), "needs a shared workspace"),
+        ("g1", json!({"git": {"url": "https://example.com/r.git;reboot"}}), "spec.git.url"),
+        ("g2", json!({"git": {"url": "https://example.com/r.git", "branch": "main$(id)"}}), "spec.git.branch"),
+        (
+            "g3",
+            json!({"git": {"url": "https://example.com/r.git"}, "storage": {"hostPath": {"path": "/srv"}}}),
+            "mutually exclusive",
+        ),
+        (
+            "s1",
+            json!({"shell": {"enabled": true}, "storage": {"hostPath": {"path": "/srv"}}}),
+            "no SCC tier allows both",
+        ),
+        ("h1", json!({"storage": {"hostPath": {"path": "relative/dir"}}}), "spec.storage.hostPath.path"),
+        (
+            "c1",
+            json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "cluster-admin"}}),
+            "never allowed",
+        ),
+        ("c2", json!({"clusterAdmin": {"enabled": true}}), "kubeconfigSecretName is required"),
+        ("v1", json!({"vllm": [{"name": "a", "url": "http://a"}, {"name": "a", "url": "http://b"}]}), "must be unique"),
+        ("v2", json!({"vllm": [{"name": "a", "url": "ftp://a"}]}), "spec.vllm[0].url"),
+        (
+            "v3",
+            json!({"vllm": [{"name": "a", "url": "http://a", "models": {"m": {"contextLimit": 100}}}]}),
+            "contextLimit",
+        ),
+        ("t1", json!({"tlsTermination": "none"}), "spec.tlsTermination"),
+        ("q1", json!({"resources": {"limits": {"cpu": "two", "memory": "2Gi"}}}), "Kubernetes quantity"),
+        (
+            "q2",
+            json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "2", "memory": "1Gi"}}}),
+            "must not exceed",
+        ),
+        ("i1", json!({"image": "quay.io/team/image:tag;rm"}), "spec.image"),
+        ("o1", json!({"ollama": {"enabled": true, "host": "http://x:11434"}}), "set only one of them"),
+        ("9lives", json!({}), "metadata.name must start with a letter"),
+    ];
+    let mut problems = Vec::new();
+    for (name, spec, want) in cases {
+        match apply_instance(&c, &ns, name, spec.clone()).await {
+            Ok(_) => problems.push(format!("{name}: {spec} was admitted")),
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(want) => {}
+            Err(e) => problems.push(format!("{name}: expected a 422 mentioning {want:?}, got {e}")),
+        }
+    }
+    ensure(problems.is_empty(), problems.join("\n"))
+}
+
+async fn basic_instance_converges(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("basic");
+    prepare(&c, &ns).await?;
+    let inst = deploy(env, &c, &ns, "dev", password_spec()).await?;
+    let uid = inst.metadata.uid.clone().unwrap_or_default();
+    let owned = |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+        refs.iter().flatten().any(|r| r.uid == uid && r.kind == "TinycodeInstance" && r.controller == Some(true))
+    };
+
+    // Deploying until the (played) kubelet reports the rollout.
+    let inst = wait_phase(&c, &ns, "dev", "Deploying").await?;
+    ensure_eq(ready(&inst).0.as_str(), "False", "Ready while deploying")?;
+
+    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
+    ensure(owned(&d.metadata.owner_references), "Deployment is not owned by the instance")?;
+    ensure(
+        d.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.get("tinycode.dev/values-hash").is_some_and(|h| h.len() == 64)),
+        "Deployment lacks the values-hash annotation",
+    )?;
+    let pod = d.spec.template.spec.clone().ok_or("no pod spec")?;
+    ensure_eq(pod.service_account_name.as_deref(), Some("dev-tinycode"), "serviceAccountName")?;
+    let psc = pod.security_context.clone().unwrap_or_default();
+    ensure_eq((psc.run_as_user, psc.run_as_non_root), (Some(1001), Some(true)), "pod security context")?;
+    ensure_eq(pod.host_pid.unwrap_or(false), false, "hostPID")?;
+    let ctr = pod.containers.iter().find(|c| c.name == "tinycode").ok_or("no tinycode container")?;
+    let port = ctr.ports.iter().flatten().find(|p| p.container_port == 4096).ok_or("no port 4096")?;
+    ensure_eq(port.name.as_deref(), Some("http"), "port name")?;
+    let sc = ctr.security_context.clone().unwrap_or_default();
+    ensure_eq(sc.allow_privilege_escalation, Some(false), "allowPrivilegeEscalation")?;
+    ensure_eq(sc.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]), "dropped capabilities")?;
+    let env_var = |n: &str| ctr.env.iter().flatten().find(|e| e.name == n).cloned();
+    let pw = env_var("TINYCODE_SERVER_PASSWORD")
+        .and_then(|e| e.value_from)
+        .and_then(|v| v.secret_key_ref)
+        .ok_or("password env not from a Secret")?;
+    ensure_eq(
+        (pw.name.as_str(), pw.key.as_str()),
+        ("tinycode-password", "TINYCODE_SERVER_PASSWORD"),
+        "password secretKeyRef",
+    )?;
+    ensure_eq(
+        env_var("TINYCODE_DISABLE_LSP_DOWNLOAD").and_then(|e| e.value).as_deref(),
+        Some("1"),
+        "TINYCODE_DISABLE_LSP_DOWNLOAD",
+    )?;
+    let claims: Vec<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref().map(|p| p.claim_name.clone()))
+        .collect();
+    ensure(
+        claims.contains(&"dev-data".into()) && claims.contains(&"dev-projects".into()),
+        format!("pod volumes claim {claims:?}"),
+    )?;
+
+    let sa = Api::<ServiceAccount>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("service account")?;
+    ensure(owned(&sa.metadata.owner_references), "ServiceAccount is not owned")?;
+    let svc = Api::<Service>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("service")?;
+    let sp = svc.spec.and_then(|s| s.ports).unwrap_or_default();
+    ensure(sp.iter().any(|p| p.port == 4096), "Service does not expose 4096")?;
+    for (pvc, size) in [("dev-data", "1Gi"), ("dev-projects", "10Gi")] {
+        let p = Api::<PersistentVolumeClaim>::namespaced(c.clone(), &ns).get(pvc).await.ctx(pvc)?;
+        ensure(p.metadata.owner_references.is_none(), format!("{pvc} must not be owned (it outlives the instance)"))?;
+        ensure_eq(
+            p.metadata.annotations.unwrap_or_default().get("helm.sh/resource-policy").cloned(),
+            Some("keep".to_string()),
+            "PVC keep policy",
+        )?;
+        let spec = p.spec.unwrap_or_default();
+        ensure_eq(spec.access_modes, Some(vec!["ReadWriteOnce".to_string()]), "PVC access mode")?;
+        let req = spec.resources.and_then(|r| r.requests).and_then(|r| r.get("storage").cloned()).map(|q| q.0);
+        ensure_eq(req.as_deref(), Some(size), "PVC size")?;
+    }
+    let role = Api::<Role>::namespaced(c.clone(), &ns).get("dev-tinycode-discovery").await.ctx("discovery role")?;
+    ensure(
+        role.rules
+            .iter()
+            .flatten()
+            .any(|r| r.resources.iter().flatten().any(|x| x == "services") && r.verbs.contains(&"list".into())),
+        "discovery Role cannot list services",
+    )?;
+    Api::<RoleBinding>::namespaced(c.clone(), &ns).get("dev-tinycode-discovery").await.ctx("discovery rolebinding")?;
+    let np = Api::<NetworkPolicy>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("networkpolicy")?;
+    let ports: Vec<String> = np
+        .spec
+        .and_then(|s| s.ingress)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|r| r.ports.clone().unwrap_or_default())
+        .filter_map(|p| p.port.map(|p| format!("{p:?}")))
+        .collect();
+    ensure(ports.len() == 1 && ports[0].contains("4096"), format!("NetworkPolicy ingress ports {ports:?}"))?;
+
+    let route = Api::<Route>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("route")?;
+    ensure(owned(&route.metadata.owner_references), "Route is not owned by the instance")?;
+    ensure_eq(route.spec.to.name.as_str(), "dev-tinycode", "Route target")?;
+    let tls = route.spec.tls.clone().ok_or("Route has no TLS")?;
+    ensure_eq(
+        (tls.termination.as_str(), tls.insecure_edge_termination_policy.as_deref()),
+        ("edge", Some("Redirect")),
+        "Route TLS",
+    )?;
+
+    let grant =
+        Api::<RoleBinding>::namespaced(c.clone(), &ns).get("dev-tinycode-scc-restricted").await.ctx("SCC grant")?;
+    ensure_eq(grant.role_ref.name.as_str(), "tinycode-scc-restricted", "grant roleRef")?;
+    ensure_eq(
+        grant.subjects.unwrap_or_default().first().map(|s| s.name.clone()),
+        Some("dev-tinycode".into()),
+        "grant subject",
+    )?;
+
+    mark_available(&c, &ns, "dev-tinycode").await?;
+    let host = format!("dev-tinycode-{ns}.apps.e2e.local");
+    admit_route(&c, &ns, "dev-tinycode", &host).await?;
+    let inst = wait_for("Running with a URL", WAIT, || async {
+        let i = wait_phase(&c, &ns, "dev", "Running").await?;
+        Ok(i.status.as_ref().and_then(|s| s.url.clone()).is_some().then_some(i))
+    })
+    .await?;
+    let st = inst.status.clone().unwrap_or_default();
+    ensure_eq(st.url.as_deref(), Some(format!("https://{host}").as_str()), "status.url")?;
+    ensure_eq(ready(&inst).0.as_str(), "True", "Ready")?;
+    ensure_eq(st.observed_generation, inst.metadata.generation, "observedGeneration")?;
+    ensure_eq(st.helm_release.as_deref(), Some(naming::release_name(&ns, "dev").as_str()), "status.helmRelease")?;
+    ensure_eq(st.helm_revision, Some(1), "status.helmRevision")?;
+    ensure_eq(st.scc.as_deref(), Some("tinycode-restricted"), "status.scc")?;
+    Ok(())
+}
+
+async fn spec_change_makes_one_revision_and_resync_none(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("change");
+    prepare(&c, &ns).await?;
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    let release = naming::release_name(&ns, "dev");
+    ensure_eq(env.release(&ns, &release)?.map(|r| r.0), Some(1), "first revision")?;
+
+    let mut spec = password_spec();
+    spec["resources"] =
+        json!({"limits": {"cpu": "2", "memory": "3Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}});
+    apply_instance(&c, &ns, "dev", spec).await.ctx("change spec")?;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    wait_for("the Deployment to get the new memory limit", WAIT, || async {
+        let d = deployments.get("dev-tinycode").await.ctx("deployment")?;
+        let mem = d
+            .spec
+            .template
+            .spec
+            .and_then(|p| p.containers.into_iter().find(|c| c.name == "tinycode"))
+            .and_then(|c| c.resources)
+            .and_then(|r| r.limits)
+            .and_then(|l| l.get("memory").cloned());
+        Ok((mem.map(|q| q.0).as_deref() == Some("3Gi")).then_some(()))
+    })
+    .await?;
+    wait_for("revision 2 deployed", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r == &(2, "deployed".to_string())))
+    })
+    .await?;
+
+    // Restart the operator (a full resync), then prove it reconciled this
+    // instance by deleting its Route, which only the operator re-creates.
+    env.stop_operator();
+    env.start_operator()?;
+    let routes: Api<Route> = Api::namespaced(c.clone(), &ns);
+    wait_for("the Route", WAIT, || async { routes.get_opt("dev-tinycode").await.ctx("route") }).await?;
+    routes.delete("dev-tinycode", &DeleteParams::default()).await.ctx("delete route")?;
+    wait_for("the Route to be re-created", WAIT, || async { routes.get_opt("dev-tinycode").await.ctx("route") })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure_eq(
+        env.release(&ns, &release)?,
+        Some((2, "deployed".to_string())),
+        "release after resync (unchanged spec must not upgrade)",
+    )?;
+    Ok(())
+}
+
+async fn deleted_or_edited_children_are_repaired(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("drift");
+    prepare(&c, &ns).await?;
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    let release = naming::release_name(&ns, "dev");
+
+    let services: Api<Service> = Api::namespaced(c.clone(), &ns);
+    let old_uid = services.get("dev-tinycode").await.ctx("service")?.metadata.uid;
+    services.delete("dev-tinycode", &DeleteParams::default()).await.ctx("delete service")?;
+    wait_for("the Service to be re-created", WAIT, || async {
+        Ok(services.get_opt("dev-tinycode").await.ctx("service")?.filter(|s| s.metadata.uid != old_uid))
+    })
+    .await?;
+
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    let edit = PatchParams { field_manager: Some("e2e-editor".into()), ..Default::default() };
+    deployments
+        .patch("dev-tinycode", &edit, &Patch::Merge(json!({"spec": {"replicas": 4, "template": {"spec": {"containers": [{"name": "tinycode", "image": "quay.io/evil/image:latest"}]}}}})))
+        .await
+        .ctx("edit deployment")?;
+    wait_for("the Deployment edit to be reverted", WAIT, || async {
+        let d = deployments.get("dev-tinycode").await.ctx("deployment")?;
+        let spec = d.spec;
+        let image = spec
+            .template
+            .spec
+            .and_then(|p| p.containers.into_iter().find(|c| c.name == "tinycode"))
+            .and_then(|c| c.image);
+        Ok((spec.replicas == Some(1) && image.as_deref() == Some(tinycode_operator::api::DEFAULT_IMAGE)).then_some(()))
+    })
+    .await?;
+
+    let policies: Api<NetworkPolicy> = Api::namespaced(c.clone(), &ns);
+    policies.delete("dev-tinycode", &DeleteParams::default()).await.ctx("delete networkpolicy")?;
+    wait_for("the NetworkPolicy to be re-created", WAIT, || async { policies.get_opt("dev-tinycode").await.ctx("np") })
+        .await?;
+
+    let rev = env.release(&ns, &release)?.ok_or("release gone")?;
+    ensure(rev.1 == "deployed" && rev.0 >= 3, format!("each repair is a helm revision; release is {rev:?}"))?;
+    Ok(())
+}
+
+async fn unprepared_namespace_fails_then_recovers(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("unprepared");
+    Api::<Namespace>::all(c.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .ctx("create namespace")?;
+    apply_instance(&c, &ns, "dev", json!({})).await.ctx("apply")?;
+    let inst = wait_phase(&c, &ns, "dev", "Failed").await?;
+    let (status, reason, message) = ready(&inst);
+    ensure_eq((status.as_str(), reason.as_str()), ("False", "NamespaceNotPrepared"), "Ready condition")?;
+    let cmd = format!(
+        "oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount=tinycode-operator-system:tinycode-operator-manager -n {ns}"
+    );
+    ensure(message.contains(&cmd), format!("message does not give the preparation command: {message}"))?;
+    prepare(&c, &ns).await?;
+    let release = naming::release_name(&ns, "dev");
+    wait_for("release deployed after preparation", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    wait_phase(&c, &ns, "dev", "Deploying").await?;
+    Ok(())
+}
+
+async fn missing_password_secret_fails_then_recovers(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("secret");
+    prepare(&c, &ns).await?;
+    apply_instance(&c, &ns, "dev", json!({"auth": {"passwordSecret": "team-pw"}})).await.ctx("apply")?;
+    let inst = wait_phase(&c, &ns, "dev", "Failed").await?;
+    let (_, reason, message) = ready(&inst);
+    ensure_eq(reason.as_str(), "PasswordSecretMissing", "reason")?;
+    ensure(
+        message.contains(&format!(
+            "oc create secret generic team-pw --from-literal=TINYCODE_SERVER_PASSWORD=<password> -n {ns}"
+        )),
+        format!("message lacks the fix: {message}"),
+    )?;
+    ensure(env.release(&ns, &naming::release_name(&ns, "dev"))?.is_none(), "helm ran although the Secret is missing")?;
+
+    let secrets: Api<Secret> = Api::namespaced(c.clone(), &ns);
+    let wrong: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "team-pw"}, "stringData": {"password": "x"}})).unwrap();
+    secrets.create(&PostParams::default(), &wrong).await.ctx("create wrong secret")?;
+    wait_for("PasswordSecretInvalid", WAIT, || async {
+        let i = get_instance(&c, &ns, "dev").await?.ok_or("gone")?;
+        Ok((ready(&i).1 == "PasswordSecretInvalid").then_some(()))
+    })
+    .await?;
+    secrets
+        .patch(
+            "team-pw",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"TINYCODE_SERVER_PASSWORD": "s3cret-value"}})),
+        )
+        .await
+        .ctx("fix secret")?;
+    let release = naming::release_name(&ns, "dev");
+    wait_for("release deployed after the Secret exists", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    let inst = wait_phase(&c, &ns, "dev", "Deploying").await?;
+    // The secret's value must never surface in status.
+    ensure(!serde_json::to_string(&inst.status).unwrap().contains("s3cret-value"), "secret value leaked into status")?;
+    Ok(())
+}
+
+async fn disallowed_registry_fails_without_applying_then_recovers(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("registry");
+    prepare(&c, &ns).await?;
+    let mut spec = password_spec();
+    spec["image"] = json!("docker.io/someone/tinycode:latest");
+    apply_instance(&c, &ns, "dev", spec.clone()).await.ctx("apply")?;
+    let inst = wait_phase(&c, &ns, "dev", "Failed").await?;
+    let (_, reason, message) = ready(&inst);
+    ensure_eq(reason.as_str(), "InvalidSpec", "reason")?;
+    ensure(message.contains("spec.image") && message.contains("quay.io, ghcr.io"), format!("message: {message}"))?;
+    ensure(
+        env.release(&ns, &naming::release_name(&ns, "dev"))?.is_none(),
+        "a release was installed for an invalid spec",
+    )?;
+    ensure(
+        Api::<RoleBinding>::namespaced(c.clone(), &ns)
+            .get_opt("dev-tinycode-scc-restricted")
+            .await
+            .ctx("grant")?
+            .is_none(),
+        "SCC granted for an invalid spec",
+    )?;
+    spec["image"] = json!("ghcr.io/someone/tinycode:latest");
+    apply_instance(&c, &ns, "dev", spec).await.ctx("fix image")?;
+    let release = naming::release_name(&ns, "dev");
+    wait_for("release deployed after the fix", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    Ok(())
+}
+
+async fn privileged_tier_needs_namespace_approval(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("approval");
+    prepare(&c, &ns).await?;
+    let mut spec = password_spec();
+    spec["storage"] = json!({"hostPath": {"path": "/srv/projects"}});
+    apply_instance(&c, &ns, "dev", spec).await.ctx("apply")?;
+    let inst = wait_phase(&c, &ns, "dev", "Failed").await?;
+    let (_, reason, message) = ready(&inst);
+    ensure_eq(reason.as_str(), "SccNotApproved", "reason")?;
+    ensure(
+        message.contains(&format!("oc label namespace {ns} tinycode.dev/allow-hostpath=true")),
+        format!("message: {message}"),
+    )?;
+    Api::<Namespace>::all(c.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tinycode.dev/allow-hostpath": "true"}}})),
+        )
+        .await
+        .ctx("approve")?;
+    let release = naming::release_name(&ns, "dev");
+    wait_for("release deployed after approval", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    let grant =
+        Api::<RoleBinding>::namespaced(c.clone(), &ns).get("dev-tinycode-scc-hostpath").await.ctx("hostpath grant")?;
+    ensure_eq(grant.role_ref.name.as_str(), "tinycode-scc-hostpath", "grant")?;
+    let pod = Api::<Deployment>::namespaced(c.clone(), &ns)
+        .get("dev-tinycode")
+        .await
+        .ctx("deployment")?
+        .spec
+        .template
+        .spec
+        .ok_or("no pod")?;
+    let hp = pod.volumes.iter().flatten().find_map(|v| v.host_path.clone()).ok_or("no hostPath volume")?;
+    ensure_eq(hp.path.as_str(), "/srv/projects", "hostPath")?;
+    ensure(
+        Api::<PersistentVolumeClaim>::namespaced(c.clone(), &ns).get_opt("dev-projects").await.ctx("pvc")?.is_none(),
+        "a projects PVC exists with hostPath",
+    )?;
+
+    // Back to a PVC workspace: the hostpath grant goes, the restricted one comes.
+    apply_instance(&c, &ns, "dev", password_spec()).await.ctx("drop hostPath")?;
+    let bindings: Api<RoleBinding> = Api::namespaced(c.clone(), &ns);
+    wait_for("the grant to move to restricted", WAIT, || async {
+        let hostpath = bindings.get_opt("dev-tinycode-scc-hostpath").await.ctx("rb")?;
+        let restricted = bindings.get_opt("dev-tinycode-scc-restricted").await.ctx("rb")?;
+        Ok((hostpath.is_none() && restricted.is_some()).then_some(()))
+    })
+    .await
+}
+
+async fn pvc_uids(c: &Client, ns: &str, name: &str) -> Result<BTreeMap<String, Option<String>>, String> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), ns);
+    let mut out = BTreeMap::new();
+    for pvc in [naming::data_pvc(name), naming::projects_pvc(name)] {
+        let p = pvcs.get_opt(&pvc).await.ctx("pvc")?;
+        out.insert(pvc, p.filter(|p| p.metadata.deletion_timestamp.is_none()).and_then(|p| p.metadata.uid));
+    }
+    Ok(out)
+}
+
+async fn delete_and_wait_gone(c: &Client, ns: &str, name: &str) -> TestResult {
+    let api: Api<TinycodeInstance> = Api::namespaced(c.clone(), ns);
+    api.delete(name, &DeleteParams::default()).await.ctx("delete instance")?;
+    wait_for(&format!("{ns}/{name} to be gone (finalizer removed)"), WAIT, || async {
+        Ok(api.get_opt(name).await.ctx("get")?.is_none().then_some(()))
+    })
+    .await
+}
+
+async fn delete_keeps_pvcs_and_a_new_instance_adopts_them(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("retain");
+    prepare(&c, &ns).await?;
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    let inst = get_instance(&c, &ns, "dev").await?.ok_or("gone")?;
+    ensure(inst.metadata.finalizers.iter().flatten().any(|f| f == "tinycode.dev/finalizer"), "finalizer not set")?;
+    let before = pvc_uids(&c, &ns, "dev").await?;
+    ensure(before.values().all(Option::is_some), format!("PVCs missing: {before:?}"))?;
+
+    delete_and_wait_gone(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    ensure(env.release(&ns, &release)?.is_none(), "release still installed")?;
+    ensure(!secret_exists(&c, &ns, &format!("sh.helm.release.v1.{release}.v1")).await?, "release record left behind")?;
+    ensure(
+        Api::<Route>::namespaced(c.clone(), &ns).get_opt("dev-tinycode").await.ctx("route")?.is_none(),
+        "Route left behind",
+    )?;
+    ensure(
+        Api::<RoleBinding>::namespaced(c.clone(), &ns)
+            .get_opt("dev-tinycode-scc-restricted")
+            .await
+            .ctx("rb")?
+            .is_none(),
+        "SCC grant left behind",
+    )?;
+    ensure(
+        Api::<Deployment>::namespaced(c.clone(), &ns).get_opt("dev-tinycode").await.ctx("d")?.is_none(),
+        "Deployment left behind",
+    )?;
+    ensure_eq(pvc_uids(&c, &ns, "dev").await?, before.clone(), "PVCs after delete (retainOnDelete)")?;
+
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    ensure_eq(
+        pvc_uids(&c, &ns, "dev").await?,
+        before,
+        "PVCs after re-creating the instance (must be the same volumes)",
+    )?;
+    Ok(())
+}
+
+async fn delete_with_retain_false_removes_pvcs(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("noretain");
+    prepare(&c, &ns).await?;
+    let mut spec = password_spec();
+    spec["storage"] = json!({"retainOnDelete": false});
+    deploy(env, &c, &ns, "dev", spec).await?;
+    ensure(pvc_uids(&c, &ns, "dev").await?.values().all(Option::is_some), "PVCs missing")?;
+    delete_and_wait_gone(&c, &ns, "dev").await?;
+    // Without a kube-controller-manager a deleted PVC may linger with a
+    // deletionTimestamp (pvc-protection finalizer); either way it is deleted.
+    ensure(
+        pvc_uids(&c, &ns, "dev").await?.values().all(Option::is_none),
+        "PVCs survived although retainOnDelete is false",
+    )
+}
+
+async fn operator_killed_mid_upgrade_converges(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("crash");
+    prepare(&c, &ns).await?;
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    let release = naming::release_name(&ns, "dev");
+
+    // A helm that waits for pods on upgrade: with no kubelet the upgrade stays
+    // pending until the operator is killed.
+    let wrapper = env.work.path().join("helm-wait");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = upgrade ]; then exec '{}' \"$@\" --wait --timeout 10m; fi\nexec '{}' \"$@\"\n",
+            env.helm.display(),
+            env.helm.display()
+        ),
+    )
+    .ctx("wrapper")?;
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).ctx("chmod")?;
+    env.start_operator_with(&wrapper.clone())?;
+    let mut spec = password_spec();
+    spec["resources"] =
+        json!({"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}});
+    apply_instance(&c, &ns, "dev", spec).await.ctx("change spec")?;
+    wait_for("the upgrade to be pending", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "pending-upgrade"))
+    })
+    .await?;
+    env.kill_operator();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensure_eq(env.release(&ns, &release)?.map(|r| r.1), Some("pending-upgrade".to_string()), "release after the kill")?;
+
+    env.start_operator()?;
+    wait_for("the release to be deployed again", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
+    let mem = d
+        .spec
+        .template
+        .spec
+        .and_then(|p| p.containers.into_iter().find(|c| c.name == "tinycode"))
+        .and_then(|c| c.resources)
+        .and_then(|r| r.limits)
+        .and_then(|l| l.get("memory").cloned())
+        .map(|q| q.0);
+    ensure_eq(mem.as_deref(), Some("4Gi"), "memory limit after recovery")?;
+    Ok(())
+}
+
+/// Every field of `want` is in `got` with the same value.
+fn contains(got: &Value, want: &Value, path: &str) -> Result<(), String> {
+    match (got, want) {
+        (Value::Object(g), Value::Object(w)) => {
+            for (k, wv) in w {
+                let gv = g.get(k).ok_or_else(|| format!("{path}.{k} was pruned"))?;
+                contains(gv, wv, &format!("{path}.{k}"))?;
+            }
+            Ok(())
+        }
+        (Value::Array(g), Value::Array(w)) if g.len() == w.len() => {
+            for (i, (gv, wv)) in g.iter().zip(w).enumerate() {
+                contains(gv, wv, &format!("{path}[{i}]"))?;
+            }
+            Ok(())
+        }
+        _ if got == want => Ok(()),
+        _ => Err(format!("{path}: stored {got}, sent {want}")),
+    }
+}
+
+async fn openshift_schemas_accept_operator_objects(env: &mut Env) -> TestResult {
+    if !env.real_openshift_schemas {
+        return Err("SKIP: ../shared/openshift-crds is not in this checkout".into());
+    }
+    let c = env.client().await;
+    let ns = env.ns("schemas");
+    prepare(&c, &ns).await?;
+    let spec = json!({"auth": {"passwordSecret": "tinycode-password"}, "replicas": 2, "hostname": "code.apps.e2e.local",
+                      "tlsTermination": "passthrough", "storage": {"projectsAccessMode": "ReadWriteMany"}});
+    let inst = deploy(env, &c, &ns, "dev", spec).await?;
+    let routes: Api<Route> = Api::namespaced(c.clone(), &ns);
+    let live = wait_for("the Route", WAIT, || async { routes.get_opt("dev-tinycode").await.ctx("route") }).await?;
+    let owner = inst.controller_owner_ref(&()).ok_or("owner")?;
+    let sent = tinycode_operator::route::build("dev", &ns, &inst.spec, owner);
+    contains(&serde_json::to_value(&live.spec).unwrap(), &serde_json::to_value(&sent.spec).unwrap(), "route.spec")?;
+    contains(
+        &serde_json::to_value(&live.metadata.annotations).unwrap(),
+        &serde_json::to_value(&sent.metadata.annotations).unwrap(),
+        "route.metadata.annotations",
+    )?;
+    // A Route status as a real router writes it is accepted too.
+    admit_route(&c, &ns, "dev-tinycode", "code.apps.e2e.local").await?;
+
+    let sccs: Api<SecurityContextConstraints> = Api::all(c.clone());
+    for tier in ALL_TIERS {
+        let live = sccs.get(&tier.scc_name()).await.ctx("scc")?;
+        let mut sent = scc_manifest(&tier.scc());
+        let mut got = serde_json::to_value(&live).unwrap();
+        for v in [&mut sent, &mut got] {
+            v.as_object_mut().unwrap().remove("metadata");
+            v.as_object_mut().unwrap().remove("apiVersion");
+            v.as_object_mut().unwrap().remove("kind");
+        }
+        contains(&got, &sent, &tier.scc_name())?;
+    }
+    Ok(())
+}
