@@ -92,8 +92,8 @@ pub async fn run(client: Client, settings: Settings, helm: Helm, watch_namespace
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             match res {
-                Ok((obj, _)) => {
-                    tracing::debug!(namespace = obj.namespace.as_deref().unwrap_or(""), name = %obj.name, "reconciled")
+                Ok((obj, action)) => {
+                    tracing::debug!(namespace = obj.namespace.as_deref().unwrap_or(""), name = %obj.name, ?action, "reconciled")
                 }
                 Err(e) => tracing::debug!(error = %e, "reconcile failed"),
             }
@@ -114,6 +114,7 @@ where
 /// Entry point for one instance: the finalizer decides between apply and cleanup.
 #[tracing::instrument(skip_all, fields(namespace = inst.namespace().unwrap_or_default(), name = inst.name_any()))]
 pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
+    tracing::trace!(resource_version = inst.metadata.resource_version.as_deref().unwrap_or(""), "reconcile");
     let ns = inst.namespace().unwrap_or_default();
     let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, inst.clone(), |event| async {
@@ -309,7 +310,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         observed_generation: generation,
         conditions: status::merge_conditions(&prev.conditions, &[ready], &now(), generation),
         helm_release: Some(release_name),
-        helm_revision: revision.or(prev.helm_revision),
+        helm_revision: Some(revision),
         scc: Some(tier.scc_name()),
     };
     if prev.phase != Some(Phase::Running) && phase == Phase::Running {
@@ -322,13 +323,13 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
 }
 
 /// Runs `helm upgrade --install` unless the release is deployed with these
-/// values and its objects are intact. Returns the new revision when it ran.
+/// values and its objects are intact. Returns the release's current revision.
 async fn ensure_release(
     ctx: &Context,
     inst: &TinycodeInstance,
     release_name: &str,
     values: &Values,
-) -> Result<Option<i64>, Error> {
+) -> Result<i64, Error> {
     let ns = &values.instance.namespace;
     let name = &values.instance.name;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
@@ -350,11 +351,13 @@ async fn ensure_release(
     }
 
     let reason = match release::latest(&records) {
-        None => Some("release not installed".to_string()),
-        Some(r) if r.status != "deployed" => Some(format!("release is {}", r.status)),
-        Some(r) => drift(ctx, values, r.created).await?,
+        None => "release not installed".to_string(),
+        Some(r) if r.status != "deployed" => format!("release is {}", r.status),
+        Some(r) => match drift(ctx, values, r.created).await? {
+            Some(reason) => reason,
+            None => return Ok(r.version),
+        },
     };
-    let Some(reason) = reason else { return Ok(None) };
     tracing::info!(release = release_name, reason = %reason, "applying helm release");
     let applied = ctx.helm.upgrade_install(release_name, ns, values).await?;
     ctx.event(
@@ -365,7 +368,7 @@ async fn ensure_release(
         format!("release {release_name} revision {} applied ({reason}) for {name}", applied.revision),
     )
     .await;
-    Ok(Some(applied.revision))
+    Ok(applied.revision)
 }
 
 /// Why the deployed release no longer matches, if it does not: changed

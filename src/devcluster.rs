@@ -150,25 +150,41 @@ pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
         .patch("tinycode-local:openshift-routes-admin", &pp(), &Patch::Apply(with_type(routes_role, "ClusterRole")))
         .await?;
 
-    let all = roles.list(&Default::default()).await?.items;
-    for role in &all {
-        let Some(rule) = &role.aggregation_rule else { continue };
-        let mut rules: Vec<PolicyRule> = Vec::new();
-        for selector in rule.cluster_role_selectors.iter().flatten() {
-            let wanted = selector.match_labels.clone().unwrap_or_default();
-            for other in &all {
-                let labels = other.metadata.labels.clone().unwrap_or_default();
-                if other.metadata.name != role.metadata.name && wanted.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-                    for r in other.rules.iter().flatten() {
-                        if !rules.contains(r) {
-                            rules.push(r.clone());
+    // Aggregated roles feed each other (edit aggregates into admin), so
+    // repeat until nothing changes, as the controller would converge.
+    let mut all = roles.list(&Default::default()).await?.items;
+    for _ in 0..5 {
+        let mut changed = false;
+        for i in 0..all.len() {
+            let Some(rule) = all[i].aggregation_rule.clone() else { continue };
+            let mut rules: Vec<PolicyRule> = Vec::new();
+            for selector in rule.cluster_role_selectors.iter().flatten() {
+                let wanted = selector.match_labels.clone().unwrap_or_default();
+                for other in &all {
+                    let labels = other.metadata.labels.clone().unwrap_or_default();
+                    if other.metadata.name != all[i].metadata.name
+                        && wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+                    {
+                        for r in other.rules.iter().flatten() {
+                            if !rules.contains(r) {
+                                rules.push(r.clone());
+                            }
                         }
                     }
                 }
             }
+            if all[i].rules.as_ref() != Some(&rules) {
+                all[i].rules = Some(rules);
+                changed = true;
+            }
         }
+        if !changed {
+            break;
+        }
+    }
+    for role in all.iter().filter(|r| r.aggregation_rule.is_some()) {
         let name = role.metadata.name.clone().unwrap_or_default();
-        roles.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"rules": rules}))).await?;
+        roles.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"rules": role.rules}))).await?;
     }
     Ok(())
 }
@@ -223,9 +239,8 @@ pub async fn write_operator_kubeconfig(client: &Client, admin_kubeconfig: &Path,
         ..Default::default()
     };
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let token: TokenRequest = sas
-        .create_subresource("token", OPERATOR_SERVICE_ACCOUNT, &PostParams::default(), &serde_json::to_vec(&request)?)
-        .await?;
+    let token: TokenRequest =
+        sas.create_subresource("token", OPERATOR_SERVICE_ACCOUNT, &PostParams::default(), &request).await?;
     let token = token.status.ok_or("token request returned no token")?.token;
     let config = json!({
         "apiVersion": "v1", "kind": "Config",

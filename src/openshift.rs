@@ -96,6 +96,7 @@ pub struct SecurityContextConstraints {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub allow_host_dir_volume_plugin: bool,
+    #[serde(rename = "allowHostIPC")]
     pub allow_host_ipc: bool,
     pub allow_host_network: bool,
     #[serde(rename = "allowHostPID")]

@@ -51,8 +51,10 @@ pub fn latest(records: &[Record]) -> Option<&Record> {
     records.iter().max_by_key(|r| r.version)
 }
 
-/// A manager other than ours that wrote the object after `since`, if any.
-/// Status writes (a subresource) are not drift.
+/// A manager other than ours that wrote the object since `since`, if any.
+/// Status writes (a subresource) are not drift. Times have one-second
+/// resolution, so a write in the release's own second counts: at worst that
+/// costs one extra (idempotent) upgrade, while missing it would leave drift.
 pub fn foreign_write_after(meta: &ObjectMeta, since: Option<Timestamp>) -> Option<String> {
     meta.managed_fields.iter().flatten().find_map(|entry| {
         if entry.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
@@ -64,7 +66,7 @@ pub fn foreign_write_after(meta: &ObjectMeta, since: Option<Timestamp>) -> Optio
         }
         let written = entry.time.as_ref().map(|t| t.0);
         let after = match (written, since) {
-            (Some(w), Some(s)) => w > s,
+            (Some(w), Some(s)) => w >= s,
             _ => true,
         };
         after.then(|| manager.to_string())
@@ -126,6 +128,9 @@ mod tests {
         assert_eq!(foreign_write_after(&meta, since), None, "an edit before the release was applied over");
         meta.managed_fields.as_mut().unwrap().push(entry("kubelet-standin", 1500, Some("status")));
         assert_eq!(foreign_write_after(&meta, since), None, "status writes are not drift");
+        meta.managed_fields.as_mut().unwrap().push(entry("kubectl-patch", 1000, None));
+        assert_eq!(foreign_write_after(&meta, since).as_deref(), Some("kubectl-patch"), "same second as the release");
+        meta.managed_fields.as_mut().unwrap().pop();
         meta.managed_fields.as_mut().unwrap().push(entry("kubectl-edit", 1500, None));
         assert_eq!(foreign_write_after(&meta, since).as_deref(), Some("kubectl-edit"));
     }

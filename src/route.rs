@@ -24,7 +24,8 @@ pub fn build(name: &str, namespace: &str, spec: &TinycodeInstanceSpec, owner: Ow
             name: Some(naming::route(name)),
             namespace: Some(namespace.into()),
             labels: Some(instance_labels(name, "server")),
-            annotations: Some(annotations),
+            // An empty map would make every server-side apply a write (and a watch event).
+            annotations: (!annotations.is_empty()).then_some(annotations),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
@@ -79,7 +80,7 @@ mod tests {
             ("edge", Some("Redirect"))
         );
         assert_eq!(r.spec.host, None);
-        assert!(r.metadata.annotations.unwrap().is_empty());
+        assert_eq!(r.metadata.annotations, None, "an empty annotations map makes each apply a write");
         assert_eq!(r.metadata.owner_references.unwrap()[0].uid, "u");
     }
 

@@ -101,6 +101,7 @@ impl Env {
             .await
             .ctx("operator kubeconfig")?;
         let run_id = format!("{:04x}", std::process::id() % 0xffff);
+        let _ = std::fs::remove_file(repo_root().join("target/e2e-operator.log"));
         Ok(Env {
             admin_kubeconfig,
             operator_kubeconfig,
@@ -124,11 +125,8 @@ impl Env {
     /// Starts the operator binary as its ServiceAccount, with `helm` as its helm.
     pub fn start_operator_with(&mut self, helm: &Path) -> TestResult {
         self.stop_operator();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.work.path().join("operator.log"))
-            .ctx("operator log")?;
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.operator_log()).ctx("operator log")?;
         let child = Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
             .arg("run")
             .env_clear()
@@ -138,6 +136,7 @@ impl Env {
             .env("HELM_CHART_PATH", repo_root().join("helm-charts/tinycode"))
             .env("TINYCODE_BLOCKED_REQUEUE_SECONDS", "2")
             .env("RUST_LOG", "info,tinycode_operator=debug,kube=warn")
+            .env("NO_COLOR", "1")
             .stdout(log.try_clone().ctx("log")?)
             .stderr(log)
             .process_group(0)
@@ -175,8 +174,13 @@ impl Env {
         }
     }
 
+    /// Kept after the run (under target/) so a failure can be read in full.
+    pub fn operator_log(&self) -> PathBuf {
+        repo_root().join("target/e2e-operator.log")
+    }
+
     pub fn operator_log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.work.path().join("operator.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.operator_log()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
@@ -289,9 +293,13 @@ pub async fn mark_available(client: &Client, ns: &str, deployment: &str) -> Test
         "readyReplicas": replicas, "availableReplicas": replicas,
         "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "e2e kubelet"}]
     }});
-    api.patch_status(deployment, &PatchParams::apply("e2e-kubelet").force(), &Patch::Merge(&status))
-        .await
-        .ctx("mark deployment available")?;
+    api.patch_status(
+        deployment,
+        &PatchParams { field_manager: Some("e2e-kubelet".into()), ..Default::default() },
+        &Patch::Merge(&status),
+    )
+    .await
+    .ctx("mark deployment available")?;
     Ok(())
 }
 

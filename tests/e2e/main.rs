@@ -320,6 +320,40 @@ async fn basic_instance_converges(env: &mut Env) -> TestResult {
     ensure_eq(st.helm_release.as_deref(), Some(naming::release_name(&ns, "dev").as_str()), "status.helmRelease")?;
     ensure_eq(st.helm_revision, Some(1), "status.helmRevision")?;
     ensure_eq(st.scc.as_deref(), Some("tinycode-restricted"), "status.scc")?;
+
+    // Steady state: a reconcile of an unchanged instance writes nothing.
+    let rv =
+        |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| m.resource_version.clone().unwrap_or_default();
+    let routes: Api<Route> = Api::namespaced(c.clone(), &ns);
+    let grants: Api<RoleBinding> = Api::namespaced(c.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    let before = (
+        rv(&routes.get("dev-tinycode").await.ctx("route")?.metadata),
+        rv(&grants.get("dev-tinycode-scc-restricted").await.ctx("rb")?.metadata),
+        rv(&deployments.get("dev-tinycode").await.ctx("d")?.metadata),
+    );
+    let instances: Api<TinycodeInstance> = Api::namespaced(c.clone(), &ns);
+    let poked = instances
+        .patch("dev", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"e2e/poke": "1"}}})))
+        .await
+        .ctx("poke")?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = (
+        rv(&routes.get("dev-tinycode").await.ctx("route")?.metadata),
+        rv(&grants.get("dev-tinycode-scc-restricted").await.ctx("rb")?.metadata),
+        rv(&deployments.get("dev-tinycode").await.ctx("d")?.metadata),
+    );
+    ensure_eq(after, before, "Route, SCC grant and Deployment resourceVersions after a no-op reconcile")?;
+    ensure_eq(
+        rv(&instances.get("dev").await.ctx("inst")?.metadata),
+        rv(&poked.metadata),
+        "instance resourceVersion after a no-op reconcile (status rewritten?)",
+    )?;
+    ensure_eq(
+        env.release(&ns, &naming::release_name(&ns, "dev"))?.map(|r| r.0),
+        Some(1),
+        "helm revision after a no-op reconcile",
+    )?;
     Ok(())
 }
 
