@@ -1,62 +1,122 @@
 //! `tinycode-local`: prepares a bare local kube-apiserver (hack/local-cluster.sh)
-//! for running the operator, as the end-to-end tests do. Not shipped in the image.
+//! for running the operator, as the end-to-end tests do, and can stand in for
+//! the kubelet and the OpenShift router in a local demo. Not shipped in the image.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Parser;
-use tinycode_operator::devcluster;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tinycode_operator::devcluster::{self, BoxError};
+use tinycode_operator::openshift::Route;
 
 #[derive(Parser)]
-#[command(
-    about = "Install the OpenShift APIs, the operator's CRD/SCCs/RBAC and a prepared namespace into a local control plane"
-)]
+#[command(about = "Local control-plane helpers for tinycode-operator development")]
 struct Args {
-    /// Directory with the real OpenShift CRD schemas (else the operator's stand-ins are used).
-    #[arg(long)]
-    openshift_crds: Option<PathBuf>,
-    /// Namespace to prepare for instances.
-    #[arg(long, default_value = "tinycode-dev")]
-    namespace: String,
-    /// Password for the namespace's tinycode-password Secret.
-    #[arg(long, env = "TINYCODE_PASSWORD", default_value = "change-me")]
-    password: String,
-    /// Where to write a kubeconfig that authenticates as the operator's ServiceAccount.
-    #[arg(long)]
-    operator_kubeconfig: PathBuf,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the OpenShift APIs, the operator's CRD/SCCs/RBAC and a prepared namespace.
+    Setup {
+        /// Directory with the real OpenShift CRD schemas (else the operator's stand-ins are used).
+        #[arg(long)]
+        openshift_crds: Option<PathBuf>,
+        /// Namespace to prepare for instances.
+        #[arg(long, default_value = "tinycode-dev")]
+        namespace: String,
+        /// Password for the namespace's tinycode-password Secret.
+        #[arg(long, env = "TINYCODE_PASSWORD", default_value = "change-me", hide_env_values = true)]
+        password: String,
+        /// Where to write a kubeconfig that authenticates as the operator's ServiceAccount.
+        #[arg(long)]
+        operator_kubeconfig: PathBuf,
+    },
+    /// Play the kubelet and the router: report tinycode Deployments available and admit their Routes.
+    Simulate {
+        /// Domain for admitted Route hosts.
+        #[arg(long, default_value = "apps.local.test")]
+        domain: String,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     let Some(admin) = std::env::var_os("KUBECONFIG").map(PathBuf::from) else {
-        eprintln!(
-            "error: set KUBECONFIG to the local cluster's admin kubeconfig (eval \"$(hack/local-cluster.sh start)\")"
-        );
+        eprintln!("error: set KUBECONFIG to the local cluster's admin kubeconfig (eval \"$(hack/local-cluster.sh start)\")");
         return ExitCode::from(2);
     };
-    let result = async {
-        let client = kube::Client::try_default().await?;
-        devcluster::install_openshift_apis(&client, args.openshift_crds.as_deref()).await?;
-        devcluster::install_operator(&client).await?;
-        devcluster::aggregate_cluster_roles(&client).await?;
-        devcluster::prepare_namespace(&client, &args.namespace, Some(&args.password)).await?;
-        devcluster::write_operator_kubeconfig(&client, &admin, &args.operator_kubeconfig).await?;
-        Ok::<_, devcluster::BoxError>(())
-    }
-    .await;
-    match result {
-        Ok(()) => {
-            eprintln!(
-                "local cluster ready: namespace {} prepared; operator kubeconfig at {}",
-                args.namespace,
-                args.operator_kubeconfig.display()
-            );
-            ExitCode::SUCCESS
+    let result = match args.command {
+        Cmd::Setup { openshift_crds, namespace, password, operator_kubeconfig } => {
+            setup(&admin, openshift_crds, &namespace, &password, &operator_kubeconfig).await.map(|()| {
+                eprintln!("local cluster ready: namespace {namespace} prepared; operator kubeconfig at {}", operator_kubeconfig.display());
+            })
         }
+        Cmd::Simulate { domain } => simulate(&domain).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+async fn setup(
+    admin: &std::path::Path,
+    crds: Option<PathBuf>,
+    namespace: &str,
+    password: &str,
+    out: &std::path::Path,
+) -> Result<(), BoxError> {
+    let client = Client::try_default().await?;
+    devcluster::install_openshift_apis(&client, crds.as_deref()).await?;
+    devcluster::install_operator(&client).await?;
+    devcluster::aggregate_cluster_roles(&client).await?;
+    devcluster::prepare_namespace(&client, namespace, Some(password)).await?;
+    devcluster::write_operator_kubeconfig(&client, admin, out).await?;
+    Ok(())
+}
+
+/// Every second: Deployments of tinycode instances become "available" and
+/// their Routes "admitted", as a kubelet and an OpenShift router would make them.
+async fn simulate(domain: &str) -> Result<(), BoxError> {
+    let client = Client::try_default().await?;
+    let selector = ListParams::default().labels("app.kubernetes.io/part-of=tinycode-operator");
+    let kubelet = PatchParams { field_manager: Some("tinycode-local-kubelet".into()), ..Default::default() };
+    loop {
+        for d in Api::<Deployment>::all(client.clone()).list(&selector).await?.items {
+            let (Some(ns), Some(name)) = (d.metadata.namespace.clone(), d.metadata.name.clone()) else { continue };
+            let replicas = d.spec.replicas.unwrap_or(1);
+            let status = d.status.clone().unwrap_or_default();
+            if status.observed_generation == d.metadata.generation && status.available_replicas == Some(replicas) {
+                continue;
+            }
+            let patch = json!({"status": {"observedGeneration": d.metadata.generation, "replicas": replicas, "updatedReplicas": replicas,
+                "readyReplicas": replicas, "availableReplicas": replicas,
+                "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "simulated by tinycode-local"}]}});
+            Api::<Deployment>::namespaced(client.clone(), &ns).patch_status(&name, &kubelet, &Patch::Merge(&patch)).await?;
+            eprintln!("simulate: Deployment {ns}/{name} reported available");
+        }
+        for r in Api::<Route>::all(client.clone()).list(&selector).await?.items {
+            let (Some(ns), Some(name)) = (r.metadata.namespace.clone(), r.metadata.name.clone()) else { continue };
+            if tinycode_operator::route::admitted_host(&r).is_some() {
+                continue;
+            }
+            let host = r.spec.host.clone().unwrap_or_else(|| format!("{name}-{ns}.{domain}"));
+            let patch = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
+                "conditions": [{"type": "Admitted", "status": "True"}]}]}});
+            Api::<Route>::namespaced(client.clone(), &ns).patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            eprintln!("simulate: Route {ns}/{name} admitted as {host}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
