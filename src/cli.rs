@@ -53,7 +53,17 @@ pub enum Command {
     /// Print stand-in CRDs for the OpenShift APIs (Route, SCC) for a plain kube-apiserver.
     OpenshiftCrds,
     /// Print the operator's ClusterRole, generated from its declared API calls.
-    Rbac,
+    Rbac {
+        /// Print the leader-election Role for this namespace instead.
+        #[arg(long)]
+        leader_election_namespace: Option<String>,
+    },
+    /// Write the OLM bundle (CSV, CRD, metadata, bundle.Dockerfile) generated from the code.
+    Bundle {
+        /// Bundle directory; its manifests/ and metadata/ are replaced.
+        #[arg(long, default_value = "bundle")]
+        out: PathBuf,
+    },
     /// Print the version.
     Version,
 }
@@ -104,6 +114,18 @@ pub struct RunArgs {
     /// Log as JSON lines.
     #[arg(long, env = "TINYCODE_LOG_JSON")]
     pub log_json: bool,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "TINYCODE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: std::net::SocketAddr,
+    /// Address of /metrics.
+    #[arg(long, env = "TINYCODE_METRICS_ADDR", default_value = "0.0.0.0:8383")]
+    pub metrics_addr: std::net::SocketAddr,
+    /// Hold a Lease in the operator namespace so only one replica reconciles.
+    #[arg(long, env = "TINYCODE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Seconds a leader lease lasts without renewal.
+    #[arg(long, env = "TINYCODE_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
 }
 
 impl SettingsArgs {
@@ -168,7 +190,11 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::OpenshiftCrds => print_yaml(
             &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
         ),
-        Command::Rbac => print_yaml(&[crate::rbac::cluster_role_manifest()]),
+        Command::Rbac { leader_election_namespace: None } => print_yaml(&[crate::rbac::cluster_role_manifest()]),
+        Command::Rbac { leader_election_namespace: Some(ns) } => {
+            print_yaml(&[crate::rbac::leader_election_role_manifest(&ns)])
+        }
+        Command::Bundle { out } => crate::bundle::command(&out),
         Command::Version => {
             println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
@@ -234,31 +260,125 @@ fn values_cmd(file: &PathBuf, namespace: Option<String>, _offline: bool, setting
 fn run(settings: Settings, args: RunArgs) -> ExitCode {
     init_logging(args.log_json);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(async move {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot build a Kubernetes client; set KUBECONFIG or run in a pod");
-                return ExitCode::from(1);
-            }
-        };
-        let helm = match Helm::new(settings.helm_bin.clone(), settings.chart_path.clone(), settings.helm_timeout) {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot create helm's working directory");
-                return ExitCode::from(1);
-            }
-        };
-        if !settings.chart_path.join("Chart.yaml").is_file() {
-            tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
+    runtime.block_on(run_async(settings, args))
+}
+
+async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build a Kubernetes client; set KUBECONFIG or run in a pod");
             return ExitCode::from(1);
         }
-        let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
-        tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
-        crate::controller::run(client, settings, helm, watch, args.concurrency.max(1)).await;
-        tracing::info!("tinycode-operator stopped");
-        ExitCode::SUCCESS
-    })
+    };
+    if !settings.chart_path.join("Chart.yaml").is_file() {
+        tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
+        return ExitCode::from(1);
+    }
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let health = Arc::new(crate::health::HealthState::default());
+    health.alive.store(true, Ordering::Relaxed);
+    if let Err(e) = crate::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone()).await {
+        tracing::error!(error = %e, health = %args.health_addr, metrics = %args.metrics_addr, "cannot listen for health or metrics");
+        return ExitCode::from(1);
+    }
+
+    // One shutdown signal for everything: SIGTERM/SIGINT, or a lost lease.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            }
+            let _ = stop_tx.send(true);
+        });
+    }
+
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
+    let elector = args.leader_elect.then(|| {
+        crate::leader::Elector::new(
+            client.clone(),
+            &settings.operator_namespace,
+            identity.clone(),
+            Duration::from_secs(args.lease_duration_seconds.max(3)),
+        )
+    });
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(elector) = &elector {
+        let mut stop = stop_rx.clone();
+        let mut logged = false;
+        loop {
+            match elector.try_acquire().await {
+                Ok(true) => break,
+                Ok(false) if !logged => {
+                    tracing::info!(identity = %identity, lease = crate::leader::LEASE_NAME, "standing by: another replica is the leader");
+                    logged = true;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read the leader lease"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = async { let _ = stop.wait_for(|s| *s).await; } => return ExitCode::SUCCESS,
+            }
+        }
+        tracing::info!(identity = %identity, "became the leader");
+        let elector = elector.clone();
+        let stop_tx = stop_tx.clone();
+        let lost = lost.clone();
+        tokio::spawn(async move {
+            elector.hold().await;
+            lost.store(true, Ordering::Relaxed);
+            let _ = stop_tx.send(true);
+        });
+    }
+    health.leader.store(true, Ordering::Relaxed);
+
+    let helm = match Helm::new(
+        settings.helm_bin.clone(),
+        settings.chart_path.clone(),
+        settings.helm_timeout,
+        stop_rx.clone(),
+        metrics.clone(),
+    ) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot create helm's working directory");
+            return ExitCode::from(1);
+        }
+    };
+    let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
+    tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
+    let ctx = Arc::new(crate::controller::Context::new(client, settings, helm, metrics));
+    let mut stop = stop_rx.clone();
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let opts = crate::controller::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
+    crate::controller::run(ctx, opts, health, shutdown).await;
+    if lost.load(Ordering::Relaxed) {
+        tracing::error!("stopped after losing the leader lease");
+        return ExitCode::from(1);
+    }
+    if let Some(elector) = &elector {
+        elector.release().await;
+    }
+    tracing::info!("tinycode-operator stopped");
+    ExitCode::SUCCESS
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "tinycode-operator".into())
 }
 
 fn init_logging(json: bool) {

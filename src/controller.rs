@@ -3,8 +3,9 @@
 //! Only this file and [`crate::helm`] touch the cluster.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
@@ -27,7 +28,9 @@ use serde_json::json;
 
 use crate::api::{FINALIZER, Phase, TinycodeInstance, TinycodeInstanceStatus};
 use crate::error::{Error, Retry, backoff};
+use crate::health::HealthState;
 use crate::helm::Helm;
+use crate::metrics::Metrics;
 use crate::openshift::{Route, SecurityContextConstraints};
 use crate::scc::{ALL_TIERS, SccTier};
 use crate::settings::Settings;
@@ -49,14 +52,17 @@ pub struct Context {
     pub settings: Settings,
     pub helm: Helm,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<TinycodeInstance>, u32>>,
 }
 
 impl Context {
-    pub fn new(client: Client, settings: Settings, helm: Helm) -> Self {
+    pub fn new(client: Client, settings: Settings, helm: Helm, metrics: Arc<Metrics>) -> Self {
         let reporter = Reporter { controller: "tinycode-operator".into(), instance: std::env::var("POD_NAME").ok() };
+        // The recorder folds repeats of an event into one series, so a failing
+        // instance does not flood its namespace with events.
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, settings, helm, recorder, failures: Mutex::default() }
+        Self { client, settings, helm, recorder, metrics, failures: Mutex::default() }
     }
 
     async fn event(&self, inst: &TinycodeInstance, type_: EventType, reason: &str, action: &str, note: String) {
@@ -73,22 +79,55 @@ impl Context {
     }
 }
 
-/// Runs the controller until a shutdown signal.
-pub async fn run(client: Client, settings: Settings, helm: Helm, watch_namespace: Option<String>, concurrency: u16) {
-    let ctx = Arc::new(Context::new(client.clone(), settings, helm));
-    let instances: Api<TinycodeInstance> = scoped_api(&client, watch_namespace.as_deref());
+/// How the controller runs.
+pub struct RunOptions {
+    pub watch_namespace: Option<String>,
+    pub concurrency: u16,
+}
+
+/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+pub async fn run(
+    ctx: Arc<Context>,
+    opts: RunOptions,
+    health: Arc<HealthState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let ns = opts.watch_namespace.as_deref();
+    let instances: Api<TinycodeInstance> = scoped_api(&client, ns);
     let owned = watcher::Config::default().labels(PART_OF_SELECTOR);
-    Controller::new(instances, watcher::Config::default())
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .owns(scoped_api::<Deployment>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<Service>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<ServiceAccount>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<ConfigMap>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<NetworkPolicy>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<Role>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<RoleBinding>(&client, watch_namespace.as_deref()), owned.clone())
-        .owns(scoped_api::<Route>(&client, watch_namespace.as_deref()), owned)
-        .shutdown_on_signal()
+    let controller = Controller::new(instances, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(opts.concurrency));
+    let store = controller.store();
+    let synced = health.clone();
+    tokio::spawn(async move {
+        // A waiter registered before the first list completes is not always
+        // woken (seen with kube-runtime 5), so ask again each second.
+        loop {
+            match tokio::time::timeout(Duration::from_secs(1), store.wait_until_ready()).await {
+                Ok(Ok(())) => {
+                    synced.synced.store(true, Ordering::Relaxed);
+                    tracing::info!("watches synced");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the instance cache never synced");
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    controller
+        .owns(scoped_api::<Deployment>(&client, ns), owned.clone())
+        .owns(scoped_api::<Service>(&client, ns), owned.clone())
+        .owns(scoped_api::<ServiceAccount>(&client, ns), owned.clone())
+        .owns(scoped_api::<ConfigMap>(&client, ns), owned.clone())
+        .owns(scoped_api::<NetworkPolicy>(&client, ns), owned.clone())
+        .owns(scoped_api::<Role>(&client, ns), owned.clone())
+        .owns(scoped_api::<RoleBinding>(&client, ns), owned.clone())
+        .owns(scoped_api::<Route>(&client, ns), owned)
+        .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             match res {
@@ -99,6 +138,7 @@ pub async fn run(client: Client, settings: Settings, helm: Helm, watch_namespace
             }
         })
         .await;
+    health.alive.store(false, Ordering::Relaxed);
 }
 
 fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -150,9 +190,15 @@ pub fn error_policy(inst: Arc<TinycodeInstance>, err: &Error, ctx: Arc<Context>)
 
 /// Apply path: on error, records Failed status and an event, then picks the retry.
 async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
+    let started = Instant::now();
     match apply_steps(inst, ctx).await {
-        Ok(action) => Ok(action),
+        Ok(action) => {
+            ctx.metrics.reconciled("success", started.elapsed());
+            Ok(action)
+        }
         Err(err) => {
+            ctx.metrics.reconciled(err.reason(), started.elapsed());
+            ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
             let message = err.to_string();
             let generation = inst.metadata.generation;
             let status = status::failed(inst.status.as_ref(), err.reason(), &message, &now(), generation);
@@ -319,6 +365,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
     }
     patch_status(ctx, inst, &new_status).await?;
+    ctx.metrics.phase(&instance_key(inst), Some(phase));
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
 }
 
@@ -497,6 +544,7 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
         format!("release {release_name} uninstalled and SCC grant removed; {kept}"),
     )
     .await;
+    ctx.metrics.phase(&instance_key(inst), None);
     Ok(Action::await_change())
 }
 
@@ -548,6 +596,10 @@ fn observe(deployment: Option<&Deployment>, route: &Route, desired_replicas: i32
         admitted_host: route::admitted_host(route),
         tls: route.spec.tls.is_some(),
     }
+}
+
+fn instance_key(inst: &TinycodeInstance) -> String {
+    format!("{}/{}", inst.namespace().unwrap_or_default(), inst.name_any())
 }
 
 fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {

@@ -115,6 +115,29 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
     Api::<ClusterRoleBinding>::all(client.clone())
         .patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(with_type(binding, "ClusterRoleBinding")))
         .await?;
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .patch(
+            rbac::LEADER_ELECTION_ROLE,
+            &pp(),
+            &Patch::Apply(rbac::leader_election_role_manifest(OPERATOR_NAMESPACE)),
+        )
+        .await?;
+    let le_binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(rbac::LEADER_ELECTION_ROLE.into()),
+            namespace: Some(OPERATOR_NAMESPACE.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: rbac::LEADER_ELECTION_ROLE.into(),
+        },
+        subjects: Some(vec![operator_subject()]),
+    };
+    Api::<RoleBinding>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+        .patch(rbac::LEADER_ELECTION_ROLE, &pp(), &Patch::Apply(with_type(le_binding, "RoleBinding")))
+        .await?;
     Ok(())
 }
 

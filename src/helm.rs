@@ -12,8 +12,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
+use tokio::sync::watch;
 
+use crate::metrics::Metrics;
 use crate::values::Values;
 
 /// Longest stderr excerpt kept for status messages.
@@ -31,6 +34,8 @@ pub enum HelmError {
     Timeout { action: &'static str, timeout: Duration },
     #[error("helm {action} failed: {stderr}")]
     Failed { action: &'static str, stderr: String },
+    #[error("helm {action} was interrupted because the operator is shutting down")]
+    Cancelled { action: &'static str },
 }
 
 /// Result of a successful `helm upgrade --install`.
@@ -47,6 +52,8 @@ pub struct Helm {
     timeout: Duration,
     home: Arc<tempfile::TempDir>,
     running: Arc<Mutex<HashSet<String>>>,
+    shutdown: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
 }
 
 /// Marks a release busy for as long as it lives.
@@ -62,10 +69,18 @@ impl Drop for RunningGuard {
 }
 
 impl Helm {
-    pub fn new(bin: PathBuf, chart: PathBuf, timeout: Duration) -> std::io::Result<Self> {
+    /// `shutdown` turning true interrupts running helm processes with SIGTERM,
+    /// which helm answers by marking the release failed rather than leaving it pending.
+    pub fn new(
+        bin: PathBuf,
+        chart: PathBuf,
+        timeout: Duration,
+        shutdown: watch::Receiver<bool>,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
         // Helm wants writable cache/config dirs; the manager's root filesystem is read-only.
         let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
-        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default() })
+        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default(), shutdown, metrics })
     }
 
     /// Whether this process is running helm for the release right now.
@@ -141,24 +156,57 @@ impl Helm {
             }
         }
         let started = Instant::now();
-        let child = cmd.spawn().map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?;
-        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
-            Ok(Ok(output)) => output,
-            Ok(Err(source)) => return Err(HelmError::Spawn { bin: self.bin.display().to_string(), source }),
-            Err(_) => return Err(HelmError::Timeout { action, timeout: self.timeout }),
+        let mut child =
+            cmd.spawn().map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?;
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let out_task = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = stdout.read_to_end(&mut buf).await;
+            buf
+        });
+        let err_task = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = stderr.read_to_end(&mut buf).await;
+            buf
+        });
+        let mut shutdown = self.shutdown.clone();
+        let status = tokio::select! {
+            status = child.wait() => status.map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?,
+            _ = tokio::time::sleep(self.timeout) => {
+                let _ = child.kill().await;
+                self.metrics.helm(action, false, started.elapsed());
+                return Err(HelmError::Timeout { action, timeout: self.timeout });
+            }
+            _ = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
+                // SIGTERM lets helm record the release as failed instead of pending.
+                if let Some(pid) = child.id() {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                }
+                if tokio::time::timeout(Duration::from_secs(20), child.wait()).await.is_err() {
+                    let _ = child.kill().await;
+                }
+                tracing::warn!(action, namespace, release, "helm interrupted by shutdown");
+                self.metrics.helm(action, false, started.elapsed());
+                return Err(HelmError::Cancelled { action });
+            }
         };
+        let stdout = out_task.await.unwrap_or_default();
+        let stderr = err_task.await.unwrap_or_default();
+        let elapsed = started.elapsed();
+        self.metrics.helm(action, status.success(), elapsed);
         tracing::debug!(
             action,
             namespace,
             release,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            ok = output.status.success(),
+            elapsed_ms = elapsed.as_millis() as u64,
+            ok = status.success(),
             "helm finished"
         );
-        if output.status.success() {
-            Ok(output.stdout)
+        if status.success() {
+            Ok(stdout)
         } else {
-            Err(HelmError::Failed { action, stderr: excerpt(&String::from_utf8_lossy(&output.stderr)) })
+            Err(HelmError::Failed { action, stderr: excerpt(&String::from_utf8_lossy(&stderr)) })
         }
     }
 

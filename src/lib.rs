@@ -4,12 +4,16 @@
 #![deny(warnings)]
 
 pub mod api;
+pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod devcluster;
 pub mod error;
+pub mod health;
 pub mod helm;
+pub mod leader;
+pub mod metrics;
 pub mod naming;
 pub mod openshift;
 pub mod prepare;

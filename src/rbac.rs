@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::scc::ALL_TIERS;
@@ -146,6 +146,55 @@ pub const PERMISSIONS: &[Permission] = &[
     },
 ];
 
+/// Name of the Role (in the operator namespace) for the leader lease.
+pub const LEADER_ELECTION_ROLE: &str = "tinycode-operator-leader-election";
+
+/// Calls the operator makes in its own namespace only: the leader Lease.
+pub const LEADER_ELECTION_PERMISSIONS: &[Permission] = &[Permission {
+    group: "coordination.k8s.io",
+    resources: &["leases"],
+    verbs: &["get", "create", "update"],
+    names: any,
+    why: "hold the leader Lease so only one replica reconciles",
+}];
+
+fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
+    permissions
+        .iter()
+        .map(|p| {
+            let names = (p.names)();
+            PolicyRule {
+                api_groups: Some(vec![p.group.into()]),
+                resources: Some(p.resources.iter().map(|r| r.to_string()).collect()),
+                verbs: p.verbs.iter().map(|v| v.to_string()).collect(),
+                resource_names: (!names.is_empty()).then_some(names),
+                non_resource_urls: None,
+            }
+        })
+        .collect()
+}
+
+/// The leader-election Role in the operator namespace.
+pub fn leader_election_role(namespace: &str) -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(LEADER_ELECTION_ROLE.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "tinycode-operator".into())])),
+            ..Default::default()
+        },
+        rules: Some(rules(LEADER_ELECTION_PERMISSIONS)),
+    }
+}
+
+/// The leader-election Role as a manifest.
+pub fn leader_election_role_manifest(namespace: &str) -> serde_json::Value {
+    let mut v = serde_json::to_value(leader_election_role(namespace)).expect("role serialises");
+    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+    v["kind"] = "Role".into();
+    v
+}
+
 /// The operator's ClusterRole, generated from [`PERMISSIONS`].
 pub fn cluster_role() -> ClusterRole {
     ClusterRole {
@@ -154,21 +203,7 @@ pub fn cluster_role() -> ClusterRole {
             labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "tinycode-operator".into())])),
             ..Default::default()
         },
-        rules: Some(
-            PERMISSIONS
-                .iter()
-                .map(|p| {
-                    let names = (p.names)();
-                    PolicyRule {
-                        api_groups: Some(vec![p.group.into()]),
-                        resources: Some(p.resources.iter().map(|r| r.to_string()).collect()),
-                        verbs: p.verbs.iter().map(|v| v.to_string()).collect(),
-                        resource_names: (!names.is_empty()).then_some(names),
-                        non_resource_urls: None,
-                    }
-                })
-                .collect(),
-        ),
+        rules: Some(rules(PERMISSIONS)),
         ..Default::default()
     }
 }

@@ -50,13 +50,18 @@ enum Cmd {
 async fn main() -> ExitCode {
     let args = Args::parse();
     let Some(admin) = std::env::var_os("KUBECONFIG").map(PathBuf::from) else {
-        eprintln!("error: set KUBECONFIG to the local cluster's admin kubeconfig (eval \"$(hack/local-cluster.sh start)\")");
+        eprintln!(
+            "error: set KUBECONFIG to the local cluster's admin kubeconfig (eval \"$(hack/local-cluster.sh start)\")"
+        );
         return ExitCode::from(2);
     };
     let result = match args.command {
         Cmd::Setup { openshift_crds, namespace, password, operator_kubeconfig } => {
             setup(&admin, openshift_crds, &namespace, &password, &operator_kubeconfig).await.map(|()| {
-                eprintln!("local cluster ready: namespace {namespace} prepared; operator kubeconfig at {}", operator_kubeconfig.display());
+                eprintln!(
+                    "local cluster ready: namespace {namespace} prepared; operator kubeconfig at {}",
+                    operator_kubeconfig.display()
+                );
             })
         }
         Cmd::Simulate { domain } => simulate(&domain).await,
@@ -103,7 +108,9 @@ async fn simulate(domain: &str) -> Result<(), BoxError> {
             let patch = json!({"status": {"observedGeneration": d.metadata.generation, "replicas": replicas, "updatedReplicas": replicas,
                 "readyReplicas": replicas, "availableReplicas": replicas,
                 "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "simulated by tinycode-local"}]}});
-            Api::<Deployment>::namespaced(client.clone(), &ns).patch_status(&name, &kubelet, &Patch::Merge(&patch)).await?;
+            Api::<Deployment>::namespaced(client.clone(), &ns)
+                .patch_status(&name, &kubelet, &Patch::Merge(&patch))
+                .await?;
             eprintln!("simulate: Deployment {ns}/{name} reported available");
         }
         for r in Api::<Route>::all(client.clone()).list(&selector).await?.items {
@@ -114,7 +121,9 @@ async fn simulate(domain: &str) -> Result<(), BoxError> {
             let host = r.spec.host.clone().unwrap_or_else(|| format!("{name}-{ns}.{domain}"));
             let patch = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
                 "conditions": [{"type": "Admitted", "status": "True"}]}]}});
-            Api::<Route>::namespaced(client.clone(), &ns).patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            Api::<Route>::namespaced(client.clone(), &ns)
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
             eprintln!("simulate: Route {ns}/{name} admitted as {host}");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -19,6 +19,29 @@ use tinycode_operator::openshift::Route;
 
 pub type TestResult = Result<(), String>;
 
+/// Health and metrics ports of the main operator process.
+pub const MAIN_PORTS: (u16, u16) = (18081, 18383);
+
+/// One HTTP/1.0 GET on loopback: (status code, body).
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect")?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.ctx("write")?;
+    let mut buf = String::new();
+    stream.read_to_string(&mut buf).await.ctx("read")?;
+    let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no status line")?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Sum of a metric's samples whose series starts with `prefix`.
+pub fn metric_sum(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
 /// Turns any error into the test failure message.
 pub trait Ctx<T> {
     fn ctx(self, what: &str) -> Result<T, String>;
@@ -122,12 +145,10 @@ impl Env {
         format!("e2e-{base}-{}", self.run_id)
     }
 
-    /// Starts the operator binary as its ServiceAccount, with `helm` as its helm.
-    pub fn start_operator_with(&mut self, helm: &Path) -> TestResult {
-        self.stop_operator();
-        let log =
-            std::fs::OpenOptions::new().create(true).append(true).open(self.operator_log()).ctx("operator log")?;
-        let child = Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
+    /// Starts an operator process as the operator's ServiceAccount.
+    pub fn spawn_operator(&self, helm: &Path, identity: &str, ports: (u16, u16), log: &Path) -> Result<Child, String> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(log).ctx("operator log")?;
+        Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
             .arg("run")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -135,15 +156,43 @@ impl Env {
             .env("HELM_BIN", helm)
             .env("HELM_CHART_PATH", repo_root().join("helm-charts/tinycode"))
             .env("TINYCODE_BLOCKED_REQUEUE_SECONDS", "2")
+            .env("TINYCODE_LEASE_DURATION_SECONDS", "6")
+            .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
+            .env("TINYCODE_METRICS_ADDR", format!("127.0.0.1:{}", ports.1))
+            .env("POD_NAME", identity)
             .env("RUST_LOG", "info,tinycode_operator=debug,kube=warn")
             .env("NO_COLOR", "1")
             .stdout(log.try_clone().ctx("log")?)
             .stderr(log)
             .process_group(0)
             .spawn()
-            .ctx("start the operator")?;
+            .ctx("start the operator")
+    }
+
+    /// Starts the main operator (identity e2e-operator-a) with `helm` as its helm.
+    pub fn start_operator_with(&mut self, helm: &Path) -> TestResult {
+        self.stop_operator();
+        let child = self.spawn_operator(helm, "e2e-operator-a", MAIN_PORTS, &self.operator_log())?;
         self.operator = Some(child);
         Ok(())
+    }
+
+    /// Sends SIGTERM to the operator process alone (as the kubelet does) and waits for it to exit.
+    pub fn terminate_operator(&mut self, within: Duration) -> Result<std::process::ExitStatus, String> {
+        let mut child = self.operator.take().ok_or("no operator running")?;
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().ctx("wait")? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                self.operator = Some(child);
+                self.kill_operator();
+                return Err(format!("the operator did not exit within {within:?} of SIGTERM"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     pub fn start_operator(&mut self) -> TestResult {

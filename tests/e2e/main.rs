@@ -51,6 +51,9 @@ fn main() {
         delete_keeps_pvcs_and_a_new_instance_adopts_them,
         delete_with_retain_false_removes_pvcs,
         operator_killed_mid_upgrade_converges,
+        sigterm_during_helm_upgrade_leaves_no_pending_release,
+        health_and_metrics_endpoints_answer_and_move,
+        two_replicas_one_leader_and_handover,
         openshift_schemas_accept_operator_objects,
     ];
     let selected: Vec<_> =
@@ -691,19 +694,7 @@ async fn operator_killed_mid_upgrade_converges(env: &mut Env) -> TestResult {
     deploy(env, &c, &ns, "dev", password_spec()).await?;
     let release = naming::release_name(&ns, "dev");
 
-    // A helm that waits for pods on upgrade: with no kubelet the upgrade stays
-    // pending until the operator is killed.
-    let wrapper = env.work.path().join("helm-wait");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nif [ \"$1\" = upgrade ]; then exec '{}' \"$@\" --wait --timeout 10m; fi\nexec '{}' \"$@\"\n",
-            env.helm.display(),
-            env.helm.display()
-        ),
-    )
-    .ctx("wrapper")?;
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).ctx("chmod")?;
+    let wrapper = helm_wait_wrapper(env)?;
     env.start_operator_with(&wrapper.clone())?;
     let mut spec = password_spec();
     spec["resources"] =
@@ -734,6 +725,143 @@ async fn operator_killed_mid_upgrade_converges(env: &mut Env) -> TestResult {
         .map(|q| q.0);
     ensure_eq(mem.as_deref(), Some("4Gi"), "memory limit after recovery")?;
     Ok(())
+}
+
+fn helm_wait_wrapper(env: &Env) -> Result<std::path::PathBuf, String> {
+    // A helm that waits for pods on upgrade: with no kubelet the upgrade stays pending.
+    let wrapper = env.work.path().join("helm-wait");
+    let helm = env.helm.display();
+    std::fs::write(&wrapper, format!("#!/bin/sh\nif [ \"$1\" = upgrade ]; then exec '{helm}' \"$@\" --wait --timeout 10m; fi\nexec '{helm}' \"$@\"\n")).ctx("wrapper")?;
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).ctx("chmod")?;
+    Ok(wrapper)
+}
+
+async fn sigterm_during_helm_upgrade_leaves_no_pending_release(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("sigterm");
+    prepare(&c, &ns).await?;
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    let release = naming::release_name(&ns, "dev");
+    let wrapper = helm_wait_wrapper(env)?;
+    env.start_operator_with(&wrapper)?;
+    let mut spec = password_spec();
+    spec["resources"] =
+        json!({"limits": {"cpu": "2", "memory": "5Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}});
+    apply_instance(&c, &ns, "dev", spec).await.ctx("change spec")?;
+    wait_for("the upgrade to be pending", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "pending-upgrade"))
+    })
+    .await?;
+    let status = env.terminate_operator(Duration::from_secs(40))?;
+    ensure(status.success(), format!("the operator exited with {status} on SIGTERM"))?;
+    let state = env.release(&ns, &release)?.ok_or("release gone")?;
+    ensure(!state.1.starts_with("pending"), format!("release left {} after SIGTERM", state.1))?;
+    env.start_operator()?;
+    wait_for("the release to be deployed again", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    Ok(())
+}
+
+async fn health_and_metrics_endpoints_answer_and_move(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let (health, metrics) = MAIN_PORTS;
+    let ready = wait_for("/readyz to be ready", WAIT, || async {
+        let (code, body) = http_get(health, "/readyz").await?;
+        Ok((code == 200 && body.contains("ready")).then_some(body))
+    })
+    .await?;
+    ensure(!ready.contains("standing by"), format!("the only replica stands by: {ready}"))?;
+    ensure_eq(http_get(health, "/healthz").await?.0, 200, "/healthz")?;
+    let (code, before) = http_get(metrics, "/metrics").await?;
+    ensure_eq(code, 200, "/metrics")?;
+    for name in [
+        "tinycode_operator_reconciles",
+        "tinycode_operator_reconcile_duration_seconds",
+        "tinycode_operator_helm_invocations",
+        "tinycode_operator_helm_duration_seconds",
+        "tinycode_operator_instances",
+    ] {
+        ensure(before.contains(&format!("# TYPE {name} ")), format!("/metrics lacks {name}"))?;
+    }
+    let ns = env.ns("metrics");
+    prepare(&c, &ns).await?;
+    deploy(env, &c, &ns, "dev", password_spec()).await?;
+    wait_phase(&c, &ns, "dev", "Deploying").await?;
+    let (_, after) = http_get(metrics, "/metrics").await?;
+    let moved = |series: &str| metric_sum(&after, series) > metric_sum(&before, series);
+    ensure(moved("tinycode_operator_reconciles_total{result=\"success\"}"), "successful reconciles did not move")?;
+    ensure(
+        moved("tinycode_operator_helm_invocations_total{action=\"upgrade\",result=\"success\"}"),
+        "helm upgrades did not move",
+    )?;
+    ensure(
+        metric_sum(&after, "tinycode_operator_instances{phase=\"Deploying\"}") >= 1.0,
+        "no Deploying instance counted",
+    )?;
+    Ok(())
+}
+
+async fn two_replicas_one_leader_and_handover(env: &mut Env) -> TestResult {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let c = env.client().await;
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "tinycode-operator-system");
+    let holder = || async {
+        Ok::<_, String>(
+            leases
+                .get_opt("tinycode-operator-leader")
+                .await
+                .ctx("lease")?
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity),
+        )
+    };
+    wait_for("e2e-operator-a to lead", WAIT, || async {
+        Ok((holder().await?.as_deref() == Some("e2e-operator-a")).then_some(()))
+    })
+    .await?;
+
+    let second_ports = (18082, 18384);
+    let log_b = env.work.path().join("operator-b.log");
+    let mut b = env.spawn_operator(&env.helm.clone(), "e2e-operator-b", second_ports, &log_b)?;
+    let result = async {
+        let standby = wait_for("the second replica to answer", WAIT, || async {
+            http_get(second_ports.0, "/readyz").await.map(Some)
+        })
+        .await?;
+        ensure(standby.0 == 200 && standby.1.contains("standing by"), format!("second replica /readyz: {standby:?}"))?;
+
+        let ns = env.ns("leader");
+        prepare(&c, &ns).await?;
+        deploy(env, &c, &ns, "one", password_spec()).await?;
+        let (_, m) = http_get(second_ports.1, "/metrics").await?;
+        ensure_eq(metric_sum(&m, "tinycode_operator_reconciles_total"), 0.0, "reconciles by the standby replica")?;
+        ensure_eq(holder().await?.as_deref(), Some("e2e-operator-a"), "lease holder")?;
+
+        // The leader dies without releasing the lease: the standby takes over once it expires.
+        env.kill_operator();
+        let t = Instant::now();
+        wait_for("e2e-operator-b to take the lease", Duration::from_secs(40), || async {
+            Ok((holder().await?.as_deref() == Some("e2e-operator-b")).then_some(()))
+        })
+        .await?;
+        println!("    handover took {:.1}s (lease duration 6s)", t.elapsed().as_secs_f64());
+        deploy(env, &c, &ns, "two", password_spec()).await?;
+        let (_, m) = http_get(second_ports.1, "/metrics").await?;
+        ensure(metric_sum(&m, "tinycode_operator_helm_invocations_total") >= 1.0, "the new leader ran no helm")?;
+        Ok::<(), String>(())
+    }
+    .await;
+    // Hand back: b releases on SIGTERM, a takes over at once.
+    let _ = std::process::Command::new("kill").args(["-TERM", &b.id().to_string()]).status();
+    let _ = b.wait();
+    env.start_operator()?;
+    wait_for("e2e-operator-a to lead again", WAIT, || async {
+        Ok((holder().await?.as_deref() == Some("e2e-operator-a")).then_some(()))
+    })
+    .await?;
+    result
 }
 
 /// Every field of `want` is in `got` with the same value.

@@ -1,0 +1,174 @@
+//! Prometheus metrics (`tinycode_operator_*`): what a cluster-admin's
+//! monitoring needs to see the operator working or failing.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::api::Phase;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `success` or the error reason (InvalidSpec, HelmFailed, ...).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HelmLabels {
+    pub action: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+fn duration_histogram() -> Histogram {
+    // 10 ms .. ~80 s
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+/// All metrics, registered once.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ResultLabels, Counter>,
+    reconcile_duration: Histogram,
+    helm_invocations: Family<HelmLabels, Counter>,
+    helm_duration: Family<ActionLabels, Histogram, fn() -> Histogram>,
+    instances: Family<PhaseLabels, Gauge>,
+    last_error: Family<ReasonLabels, Gauge>,
+    phases: Mutex<HashMap<String, Phase>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("tinycode_operator");
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        registry.register("reconciles", "Reconciles by result (success or the error reason)", reconciles.clone());
+        let reconcile_duration = duration_histogram();
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Time one reconcile took",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+        let helm_invocations = Family::<HelmLabels, Counter>::default();
+        registry.register("helm_invocations", "Helm runs by action and result", helm_invocations.clone());
+        let helm_duration =
+            Family::<ActionLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
+        registry.register_with_unit("helm_duration", "Time one helm run took", Unit::Seconds, helm_duration.clone());
+        let instances = Family::<PhaseLabels, Gauge>::default();
+        registry.register("instances", "TinycodeInstances by phase, as last reconciled", instances.clone());
+        let last_error = Family::<ReasonLabels, Gauge>::default();
+        registry.register_with_unit(
+            "last_error_timestamp",
+            "Unix time of the last reconcile error, by reason",
+            Unit::Seconds,
+            last_error.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            helm_invocations,
+            helm_duration,
+            instances,
+            last_error,
+            phases: Mutex::default(),
+        }
+    }
+
+    pub fn reconciled(&self, result: &str, took: Duration) {
+        self.reconciles.get_or_create(&ResultLabels { result: result.into() }).inc();
+        self.reconcile_duration.observe(took.as_secs_f64());
+        if result != "success" {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+            self.last_error.get_or_create(&ReasonLabels { reason: result.into() }).set(now as i64);
+        }
+    }
+
+    pub fn helm(&self, action: &str, ok: bool, took: Duration) {
+        let result = if ok { "success" } else { "failure" };
+        self.helm_invocations.get_or_create(&HelmLabels { action: action.into(), result: result.into() }).inc();
+        self.helm_duration.get_or_create(&ActionLabels { action: action.into() }).observe(took.as_secs_f64());
+    }
+
+    /// Records an instance's phase (None once it is gone) and refreshes the per-phase gauge.
+    pub fn phase(&self, key: &str, phase: Option<Phase>) {
+        let mut phases = self.phases.lock().expect("lock");
+        match phase {
+            Some(p) => phases.insert(key.to_string(), p),
+            None => phases.remove(key),
+        };
+        for p in [Phase::Pending, Phase::Deploying, Phase::Running, Phase::Failed, Phase::Terminating] {
+            let n = phases.values().filter(|x| **x == p).count();
+            self.instances.get_or_create(&PhaseLabels { phase: p.as_str().into() }).set(n as i64);
+        }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+    }
+
+    #[test]
+    fn counters_and_gauges_follow_conventions() {
+        let m = Metrics::new();
+        m.reconciled("success", Duration::from_millis(20));
+        m.reconciled("success", Duration::from_millis(30));
+        m.reconciled("HelmFailed", Duration::from_millis(5));
+        m.helm("upgrade", true, Duration::from_millis(400));
+        m.phase("ns/a", Some(Phase::Running));
+        m.phase("ns/b", Some(Phase::Failed));
+        m.phase("ns/b", Some(Phase::Running));
+        let text = m.encode();
+        assert_eq!(value(&text, "tinycode_operator_reconciles_total{result=\"success\"}"), Some(2.0));
+        assert_eq!(value(&text, "tinycode_operator_reconciles_total{result=\"HelmFailed\"}"), Some(1.0));
+        assert_eq!(value(&text, "tinycode_operator_reconcile_duration_seconds_count"), Some(3.0));
+        assert_eq!(
+            value(&text, "tinycode_operator_helm_invocations_total{action=\"upgrade\",result=\"success\"}"),
+            Some(1.0)
+        );
+        assert!(text.contains("tinycode_operator_helm_duration_seconds_bucket{le="));
+        assert_eq!(value(&text, "tinycode_operator_instances{phase=\"Running\"}"), Some(2.0));
+        assert_eq!(value(&text, "tinycode_operator_instances{phase=\"Failed\"}"), Some(0.0));
+        assert!(value(&text, "tinycode_operator_last_error_timestamp_seconds{reason=\"HelmFailed\"}").unwrap() > 1.7e9);
+        m.phase("ns/a", None);
+        assert_eq!(value(&m.encode(), "tinycode_operator_instances{phase=\"Running\"}"), Some(1.0));
+    }
+}
