@@ -98,6 +98,12 @@ pub struct SettingsArgs {
     /// Longest a helm run may take.
     #[arg(long, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
     pub helm_timeout_seconds: u64,
+    /// Probe vLLM servers on loopback addresses (local stand-ins in tests only).
+    #[arg(long, env = "TINYCODE_VLLM_ALLOW_LOOPBACK")]
+    pub vllm_allow_loopback: bool,
+    /// Timeout of one vLLM probe request.
+    #[arg(long, env = "TINYCODE_VLLM_PROBE_TIMEOUT_SECONDS", default_value_t = 3)]
+    pub vllm_probe_timeout_seconds: u64,
     /// Re-check delay for instances blocked on something outside their spec.
     #[arg(long, env = "TINYCODE_BLOCKED_REQUEUE_SECONDS", default_value_t = 30)]
     pub blocked_requeue_seconds: u64,
@@ -154,6 +160,11 @@ impl SettingsArgs {
             blocked_requeue: Duration::from_secs(self.blocked_requeue_seconds),
             ollama_image: self.ollama_image.clone(),
             ollama_models_size: self.ollama_models_size.clone(),
+            probes: crate::vllm::ProbeSettings {
+                timeout: Duration::from_secs(self.vllm_probe_timeout_seconds.max(1)),
+                allow_loopback: self.vllm_allow_loopback,
+                ..Default::default()
+            },
         })
     }
 }
@@ -213,7 +224,7 @@ fn print_yaml(docs: &[serde_json::Value]) -> ExitCode {
 }
 
 /// What the operator would do for one CR, as JSON; non-zero with the status message when invalid.
-fn values_cmd(file: &PathBuf, namespace: Option<String>, _offline: bool, settings: &Settings) -> ExitCode {
+fn values_cmd(file: &PathBuf, namespace: Option<String>, offline: bool, settings: &Settings) -> ExitCode {
     let text =
         if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
     let text = match text {
@@ -243,7 +254,24 @@ fn values_cmd(file: &PathBuf, namespace: Option<String>, _offline: bool, setting
         }
     };
     let tier = SccTier::select(&inst.spec);
-    let config_json = config::generate(&inst.spec, &Default::default());
+    let mut warnings = warnings;
+    let served = if offline {
+        Default::default()
+    } else {
+        let targets: Vec<(String, String)> =
+            inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let reports = runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets));
+        for c in crate::vllm::conditions(&inst.spec, &reports, &[]) {
+            if c.type_ == crate::status::VLLM_WARNING && c.status
+                || c.type_ == crate::status::VLLM_CONFIG_READY && !c.status
+            {
+                warnings.push(c.message);
+            }
+        }
+        crate::vllm::served_by_name(&reports)
+    };
+    let config_json = config::generate(&inst.spec, &served);
     let uid = inst.metadata.uid.clone().unwrap_or_default();
     let v = values::build(&InstanceRef { name: &name, namespace: &ns, uid: &uid }, &inst.spec, settings, config_json);
     let out = json!({

@@ -2,7 +2,7 @@
 //! the SCC → build values (pure) → helm upgrade when needed → Route → status.
 //! Only this file and [`crate::helm`] touch the cluster.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,7 +36,7 @@ use crate::scc::{ALL_TIERS, SccTier};
 use crate::settings::Settings;
 use crate::status::{self, Desired, Observed};
 use crate::values::{self, InstanceRef, Values, VolumeSource};
-use crate::{FIELD_MANAGER, config, naming, prepare, release, route, scc, validation};
+use crate::{FIELD_MANAGER, config, naming, prepare, release, route, scc, validation, vllm};
 
 /// Annotation on the Deployment holding the digest of the values it was rendered from.
 pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
@@ -53,6 +53,7 @@ pub struct Context {
     pub helm: Helm,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    pub prober: vllm::Prober,
     failures: Mutex<HashMap<ObjectRef<TinycodeInstance>, u32>>,
 }
 
@@ -62,7 +63,8 @@ impl Context {
         // The recorder folds repeats of an event into one series, so a failing
         // instance does not flood its namespace with events.
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, settings, helm, recorder, metrics, failures: Mutex::default() }
+        let prober = vllm::Prober::new(settings.probes.clone());
+        Self { client, settings, helm, recorder, metrics, prober, failures: Mutex::default() }
     }
 
     async fn event(&self, inst: &TinycodeInstance, type_: EventType, reason: &str, action: &str, note: String) {
@@ -329,8 +331,12 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
     }
 
-    // 5. values (pure)
-    let config_json = config::generate(spec, &BTreeMap::new());
+    // 5. vLLM probes (never blocking: failures become conditions), then values (pure)
+    let targets: Vec<(String, String)> = spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
+    let candidates = discover_vllm(ctx, &ns, spec).await;
+    let (reports, discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
+    let vllm_conditions = vllm::conditions(spec, &reports, &discovered);
+    let config_json = config::generate(spec, &vllm::served_by_name(&reports));
     let uid = inst.uid().unwrap_or_default();
     let values =
         values::build(&InstanceRef { name: &name, namespace: &ns, uid: &uid }, spec, &ctx.settings, config_json);
@@ -354,7 +360,12 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         phase: Some(phase),
         url,
         observed_generation: generation,
-        conditions: status::merge_conditions(&prev.conditions, &[ready], &now(), generation),
+        conditions: status::merge_conditions(
+            &prev.conditions,
+            &std::iter::once(ready).chain(vllm_conditions).collect::<Vec<_>>(),
+            &now(),
+            generation,
+        ),
         helm_release: Some(release_name),
         helm_revision: Some(revision),
         scc: Some(tier.scc_name()),
@@ -367,6 +378,48 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     patch_status(ctx, inst, &new_status).await?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
+}
+
+/// Services annotated `tinycode.dev/discover=vllm` in the instance namespace
+/// and its discovery namespaces, as (name, base URL). Listing errors only
+/// shorten the list: discovery feeds warnings, never failures.
+async fn discover_vllm(ctx: &Context, ns: &str, spec: &crate::api::TinycodeInstanceSpec) -> Vec<(String, String)> {
+    let mut namespaces = vec![ns.to_string()];
+    namespaces.extend(spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()));
+    namespaces.sort();
+    namespaces.dedup();
+    let apis: Vec<Api<Service>> = if namespaces.iter().any(|n| n == "*") {
+        vec![Api::all(ctx.client.clone())]
+    } else {
+        namespaces.iter().map(|n| Api::namespaced(ctx.client.clone(), n)).collect()
+    };
+    let mut out = Vec::new();
+    for api in apis {
+        let services = match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list Services for vLLM discovery");
+                continue;
+            }
+        };
+        for svc in services {
+            let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+            if annotations.get(vllm::DISCOVER_ANNOTATION).map(String::as_str) != Some("vllm") {
+                continue;
+            }
+            let (name, svc_ns) =
+                (svc.metadata.name.clone().unwrap_or_default(), svc.metadata.namespace.clone().unwrap_or_default());
+            let url = annotations.get(vllm::URL_ANNOTATION).cloned().or_else(|| {
+                let ports = svc.spec.as_ref()?.ports.clone()?;
+                let port = ports.iter().find(|p| p.name.as_deref() == Some("http")).or(ports.first())?.port;
+                Some(format!("http://{name}.{svc_ns}.svc:{port}"))
+            });
+            if let Some(url) = url {
+                out.push((format!("{svc_ns}/{name}"), url));
+            }
+        }
+    }
+    out
 }
 
 /// Runs `helm upgrade --install` unless the release is deployed with these

@@ -25,6 +25,7 @@ pub mod settings;
 pub mod status;
 pub mod validation;
 pub mod values;
+pub mod vllm;
 
 /// Server-side-apply field manager for every object the operator writes itself.
 pub const FIELD_MANAGER: &str = "tinycode-operator";

@@ -21,6 +21,7 @@ pub struct Settings {
     pub blocked_requeue: Duration,
     pub ollama_image: String,
     pub ollama_models_size: String,
+    pub probes: crate::vllm::ProbeSettings,
 }
 
 impl Default for Settings {
@@ -36,6 +37,7 @@ impl Default for Settings {
             blocked_requeue: Duration::from_secs(30),
             ollama_image: "docker.io/ollama/ollama:latest".into(),
             ollama_models_size: "20Gi".into(),
+            probes: crate::vllm::ProbeSettings::default(),
         }
     }
 }

@@ -157,6 +157,8 @@ impl Env {
             .env("HELM_CHART_PATH", repo_root().join("helm-charts/tinycode"))
             .env("TINYCODE_BLOCKED_REQUEUE_SECONDS", "2")
             .env("TINYCODE_LEASE_DURATION_SECONDS", "6")
+            // vLLM stand-ins run on loopback in these tests; production keeps this off.
+            .env("TINYCODE_VLLM_ALLOW_LOOPBACK", "true")
             .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
             .env("TINYCODE_METRICS_ADDR", format!("127.0.0.1:{}", ports.1))
             .env("POD_NAME", identity)

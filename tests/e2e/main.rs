@@ -4,6 +4,8 @@
 //! `cargo test --test e2e -- [FILTER]`).
 
 mod harness;
+#[path = "../support/vllm_standin.rs"]
+mod standin;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -53,6 +55,7 @@ fn main() {
         operator_killed_mid_upgrade_converges,
         sigterm_during_helm_upgrade_leaves_no_pending_release,
         health_and_metrics_endpoints_answer_and_move,
+        vllm_providers_are_probed_and_misbehaving_ones_only_warn,
         two_replicas_one_leader_and_handover,
         openshift_schemas_accept_operator_objects,
     ];
@@ -862,6 +865,101 @@ async fn two_replicas_one_leader_and_handover(env: &mut Env) -> TestResult {
     })
     .await?;
     result
+}
+
+async fn vllm_providers_are_probed_and_misbehaving_ones_only_warn(env: &mut Env) -> TestResult {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let c = env.client().await;
+    let ns = env.ns("vllm");
+    prepare(&c, &ns).await?;
+    let good = standin::start(standin::Config {
+        models: vec![("small".into(), 8192), ("big".into(), 131072)],
+        behaviour: standin::Behaviour::Ok,
+        tool_calling: false,
+    })
+    .await;
+    let broken = standin::start(standin::Config {
+        models: vec![],
+        behaviour: standin::Behaviour::ServerError,
+        tool_calling: true,
+    })
+    .await;
+    let slow = standin::start(standin::Config {
+        models: vec![],
+        behaviour: standin::Behaviour::Slow(Duration::from_secs(60)),
+        tool_calling: true,
+    })
+    .await;
+    // A Service annotated for discovery, pointing at a stand-in through the URL annotation.
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "models", "annotations": {
+        "tinycode.dev/discover": "vllm", "tinycode.dev/vllm-url": good.url()}},
+        "spec": {"ports": [{"name": "http", "port": 8000}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(c.clone(), &ns).create(&PostParams::default(), &svc).await.ctx("create service")?;
+    let mut spec = password_spec();
+    spec["model"] = json!("big");
+    spec["vllm"] = json!([{"name": "good", "url": good.url()}, {"name": "broken", "url": broken.url()}, {"name": "slow", "url": slow.url()}]);
+    let started = Instant::now();
+    deploy(env, &c, &ns, "dev", spec.clone()).await?;
+    ensure(
+        started.elapsed() < Duration::from_secs(20),
+        format!("deploying with misbehaving providers took {:?}", started.elapsed()),
+    )?;
+    let cm = Api::<ConfigMap>::namespaced(c.clone(), &ns).get("dev-tinycode-config").await.ctx("configmap")?;
+    let cfg: Value = serde_json::from_str(cm.data.unwrap_or_default().get("config.json").ok_or("no config.json")?)
+        .ctx("config json")?;
+    ensure_eq(
+        &cfg["providers"]["good"]["models"]["small"],
+        &json!({"contextLimit": 6553, "outputLimit": 1638}),
+        "probed limits for max_model_len 8192",
+    )?;
+    ensure_eq(
+        &cfg["providers"]["good"]["models"]["big"],
+        &json!({"contextLimit": 104857, "outputLimit": 4096}),
+        "probed limits for 131072",
+    )?;
+    ensure(
+        cfg["providers"].get("broken").is_none() && cfg["providers"].get("slow").is_none(),
+        "unreachable providers must be left out",
+    )?;
+    ensure_eq(&cfg["model"], &json!("big"), "model")?;
+
+    mark_available(&c, &ns, "dev-tinycode").await?;
+    admit_route(&c, &ns, "dev-tinycode", "vllm.apps.e2e.local").await?;
+    let inst = wait_phase(&c, &ns, "dev", "Running").await?;
+    let cond = |t: &str| inst.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == t).cloned());
+    let ready = cond("VllmConfigReady").ok_or("no VllmConfigReady")?;
+    ensure_eq(ready.status.as_str(), "False", "VllmConfigReady with unreachable providers")?;
+    ensure(
+        ready.message.contains("broken")
+            && ready.message.contains("500")
+            && ready.message.contains("slow")
+            && ready.message.contains("timed out"),
+        format!("VllmConfigReady message: {}", ready.message),
+    )?;
+    let warning = cond("VllmWarning").ok_or("no VllmWarning")?;
+    ensure_eq(warning.status.as_str(), "True", "VllmWarning")?;
+    ensure(
+        warning.message.contains("--enable-auto-tool-choice") && warning.message.contains("--max-model-len 32768"),
+        format!("VllmWarning message: {}", warning.message),
+    )?;
+    ensure(
+        warning.message.contains(&format!("{ns}/models")) || warning.message.matches("--max-model-len").count() >= 2,
+        format!("the discovered Service was not checked: {}", warning.message),
+    )?;
+
+    // Only the good provider left: the config is complete again.
+    spec["vllm"] = json!([{"name": "good", "url": good.url()}]);
+    apply_instance(&c, &ns, "dev", spec).await.ctx("drop broken providers")?;
+    wait_for("VllmConfigReady True", WAIT, || async {
+        let i = get_instance(&c, &ns, "dev").await?.ok_or("gone")?;
+        let ok = i
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "VllmConfigReady" && c.status == "True"));
+        Ok(ok.then_some(()))
+    })
+    .await
 }
 
 /// Every field of `want` is in `got` with the same value.
