@@ -12,6 +12,9 @@ CATALOG_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-catalog:$(IMAG
 CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 NAMESPACE ?= tinycode-dev
 SAMPLE ?= config/samples/tinycode_v1alpha1_basic.yaml
+BUNDLE_DIR ?= bundle
+CATALOG_DIR ?= target/catalog
+OPM_IMAGE ?= quay.io/operator-framework/opm:v1.60.0
 
 define need_engine
 	@if [[ -z "$(CONTAINER_TOOL)" ]] || ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
@@ -37,6 +40,8 @@ generate: ## Regenerate the CRD, RBAC, SCCs and values schema from the code
 	target/debug/tinycode-operator rbac > config/rbac/role.yaml
 	target/debug/tinycode-operator scc > config/scc/sccs.yaml
 	target/debug/tinycode-operator values-schema > helm-charts/tinycode/values.schema.json
+	target/debug/tinycode-operator rbac --leader-election-namespace tinycode-operator-system > config/rbac/leader_election_role.yaml
+	target/debug/tinycode-operator bundle --out bundle 2>/dev/null
 
 .PHONY: lint
 lint: tools ## cargo fmt --check, clippy -D warnings, helm lint --strict
@@ -64,3 +69,67 @@ docker-build: ## Build the operator image
 .PHONY: push
 push: docker-build ## Build and push the operator image
 	$(CONTAINER_TOOL) push $(OPERATOR_IMAGE)
+
+# With KUBECONFIG pointing at hack/local-cluster.sh's control plane and no
+# KUBECTL given, use the control plane's own kubectl and helm.
+define local_tools
+	if [[ -z "$${KUBECTL:-}" && -n "$${KUBECONFIG:-}" && "$${KUBECONFIG}" == "$$(hack/local-cluster.sh kubeconfig 2>/dev/null)" ]]; then \
+		eval "$$(hack/local-cluster.sh tools)"; export KUBECTL="$$TINYCODE_KUBECTL" HELM="$$TINYCODE_HELM"; fi;
+endef
+
+.PHONY: install
+install: ## Install the operator on $KUBECONFIG's cluster (cluster-admin; INSTALL_WAIT=false: no rollout wait)
+	$(local_tools) OPERATOR_IMAGE="$(OPERATOR_IMAGE)" hack/install.sh
+
+.PHONY: uninstall
+uninstall: ## Remove the operator; keeps the CRD and instances unless DELETE_CRD=true
+	$(local_tools) hack/uninstall.sh
+
+.PHONY: prepare-namespace
+prepare-namespace: ## Prepare $(NAMESPACE) for instances (operator admin RoleBinding, generated password Secret)
+	$(local_tools) hack/prepare-namespace.sh "$(NAMESPACE)" --generate-password
+
+.PHONY: deploy-sample
+deploy-sample: ## Apply $(SAMPLE) to $(NAMESPACE) (prepare it first: make prepare-namespace)
+	$(local_tools) k="$${KUBECTL:-$$(command -v oc || command -v kubectl)}"; \
+		[[ -n "$$k" ]] || { echo "error: neither oc nor kubectl is in PATH (or set KUBECTL)" >&2; exit 1; }; \
+		sed -E 's/^(  namespace:).*/\1 $(NAMESPACE)/' "$(SAMPLE)" | "$$k" apply -n "$(NAMESPACE)" -f -
+
+.PHONY: bundle
+bundle: ## Regenerate bundle/ (CSV, CRD, metadata, bundle.Dockerfile) from the code
+	cargo build --quiet --bin tinycode-operator
+	target/debug/tinycode-operator bundle --out $(BUNDLE_DIR)
+
+.PHONY: bundle-validate
+bundle-validate: ## Validate bundle/ with operator-framework's validators (built once from the Go module proxy)
+	hack/olm-validate.sh -suite operatorhub $(BUNDLE_DIR)
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image $(BUNDLE_IMAGE)
+	$(need_engine)
+	$(CONTAINER_TOOL) build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(BUNDLE_IMAGE) $(BUNDLE_DIR)
+
+.PHONY: bundle-push
+bundle-push: bundle-build ## Build and push the bundle image
+	$(CONTAINER_TOOL) push $(BUNDLE_IMAGE)
+
+.PHONY: catalog-build
+catalog-build: ## Build a file-based catalog image $(CATALOG_IMAGE) with the pushed $(BUNDLE_IMAGE) (opm runs in $(OPM_IMAGE))
+	$(need_engine)
+	rm -rf $(CATALOG_DIR) && mkdir -p $(CATALOG_DIR)/configs/tinycode-operator
+	v=$$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n1); \
+	ch=$$(sed -nE 's/^ *operators.operatorframework.io.bundle.channel.default.v1: *//p' $(BUNDLE_DIR)/metadata/annotations.yaml); \
+	{ printf -- '---\nschema: olm.package\nname: tinycode-operator\ndefaultChannel: %s\n' "$$ch"; \
+	  printf -- '---\nschema: olm.channel\npackage: tinycode-operator\nname: %s\nentries:\n  - name: tinycode-operator.v%s\n' "$$ch" "$$v"; \
+	  $(CONTAINER_TOOL) run --rm $(OPM_IMAGE) render $(BUNDLE_IMAGE) --output=yaml; \
+	} > $(CATALOG_DIR)/configs/tinycode-operator/index.yaml
+	$(CONTAINER_TOOL) run --rm -v "$(abspath $(CATALOG_DIR))/configs:/configs:Z" $(OPM_IMAGE) validate /configs
+	$(CONTAINER_TOOL) build -f hack/catalog.Dockerfile --build-arg OPM_IMAGE=$(OPM_IMAGE) -t $(CATALOG_IMAGE) $(CATALOG_DIR)
+
+.PHONY: catalog-push
+catalog-push: catalog-build ## Build and push the catalog image
+	$(CONTAINER_TOOL) push $(CATALOG_IMAGE)
+
+.PHONY: shellcheck
+shellcheck: ## shellcheck the hack/ scripts
+	shellcheck -x hack/*.sh hack/lib/*.sh .ci/run

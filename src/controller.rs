@@ -203,7 +203,12 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
             let message = err.to_string();
             let generation = inst.metadata.generation;
-            let status = status::failed(inst.status.as_ref(), err.reason(), &message, &now(), generation);
+            let extra: Vec<Desired> = if err.reason().starts_with("Kubeconfig") {
+                vec![Desired::new(status::CLUSTER_ADMIN_READY, false, err.reason(), message.clone())]
+            } else {
+                vec![]
+            };
+            let status = status::failed(inst.status.as_ref(), err.reason(), &message, &extra, &now(), generation);
             if let Err(e) = patch_status(ctx, inst, &status).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
             }
@@ -296,31 +301,8 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             }
         }
     }
-    if spec.cluster_admin.enabled {
-        let secret_name = spec.cluster_admin.kubeconfig_secret_name.clone().unwrap_or_default();
-        let key = &spec.cluster_admin.kubeconfig_secret_key;
-        let source_ns = spec.cluster_admin.kubeconfig_namespace.clone().unwrap_or_else(|| ns.clone());
-        let source: Api<Secret> = Api::namespaced(client.clone(), &source_ns);
-        match secret_keys(&source, &secret_name).await? {
-            Some(keys) if keys.iter().any(|k| k == key) => {}
-            Some(_) => {
-                return Err(Error::blocked(
-                    "KubeconfigKeyMissing",
-                    format!(
-                        "Secret {secret_name} in {source_ns} has no key {key}; set spec.clusterAdmin.kubeconfigSecretKey to the key that holds the kubeconfig"
-                    ),
-                ));
-            }
-            None => {
-                return Err(Error::blocked(
-                    "KubeconfigSecretMissing",
-                    format!(
-                        "spec.clusterAdmin.kubeconfigSecretName names Secret {secret_name}, which does not exist in {source_ns}; create it with `oc create secret generic {secret_name} --from-file={key}=<kubeconfig> -n {source_ns}`"
-                    ),
-                ));
-            }
-        }
-    }
+    let cluster_admin_condition =
+        if spec.cluster_admin.enabled { Some(check_kubeconfig(ctx, inst, &name, &ns).await?) } else { None };
 
     // 4. SCC grant (RBAC, one RoleBinding per instance and tier)
     let owner = owner_reference(inst);
@@ -362,7 +344,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         observed_generation: generation,
         conditions: status::merge_conditions(
             &prev.conditions,
-            &std::iter::once(ready).chain(vllm_conditions).collect::<Vec<_>>(),
+            &std::iter::once(ready).chain(vllm_conditions).chain(cluster_admin_condition).collect::<Vec<_>>(),
             &now(),
             generation,
         ),
@@ -378,6 +360,84 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     patch_status(ctx, inst, &new_status).await?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
+}
+
+/// Checks the kubeconfig Secret of cluster-admin mode and, when it lives in
+/// another namespace, keeps a copy in the instance namespace for the pod.
+async fn check_kubeconfig(ctx: &Context, inst: &TinycodeInstance, name: &str, ns: &str) -> Result<Desired, Error> {
+    let ca = &inst.spec.cluster_admin;
+    let secret_name = ca.kubeconfig_secret_name.clone().unwrap_or_default();
+    let key = &ca.kubeconfig_secret_key;
+    let source_ns = ca.kubeconfig_namespace.clone().unwrap_or_else(|| ns.to_string());
+    let source: Api<Secret> = Api::namespaced(ctx.client.clone(), &source_ns);
+    let secret = match source.get_opt(&secret_name).await {
+        Ok(s) => s,
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Err(Error::blocked(
+                "KubeconfigSecretForbidden",
+                format!(
+                    "the operator may not read Secrets in {source_ns}; a cluster-admin grants it with `oc create rolebinding tinycode-operator-kubeconfig --clusterrole=view --serviceaccount={}:{} -n {source_ns}` plus get on secrets, or moves Secret {secret_name} into {ns}",
+                    ctx.settings.operator_namespace, ctx.settings.operator_service_account
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(secret) = secret else {
+        return Err(Error::blocked(
+            "KubeconfigSecretMissing",
+            format!(
+                "spec.clusterAdmin.kubeconfigSecretName names Secret {secret_name}, which does not exist in {source_ns}; create it with `oc create secret generic {secret_name} --from-file={key}=<kubeconfig> -n {source_ns}`"
+            ),
+        ));
+    };
+    let data = secret.data.unwrap_or_default();
+    let Some(bytes) = data.get(key) else {
+        return Err(Error::blocked(
+            "KubeconfigKeyMissing",
+            format!(
+                "Secret {secret_name} in {source_ns} has no key {key}; set spec.clusterAdmin.kubeconfigSecretKey to the key that holds the kubeconfig"
+            ),
+        ));
+    };
+    let warnings =
+        crate::cluster_admin::kubeconfig_warnings(&String::from_utf8_lossy(&bytes.0)).map_err(|problem| {
+            Error::blocked(
+                "KubeconfigInvalid",
+                format!("Secret {secret_name} key {key} in {source_ns}: {problem}; store a working kubeconfig there"),
+            )
+        })?;
+    if source_ns != ns {
+        let copy = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": naming::kubeconfig_copy(name), "namespace": ns,
+                         "labels": scc::instance_labels(name, "cluster-admin"),
+                         "ownerReferences": [owner_reference(inst)]},
+            "type": "Opaque",
+            "data": {key: bytes},
+        });
+        Api::<Secret>::namespaced(ctx.client.clone(), ns)
+            .patch(&naming::kubeconfig_copy(name), &apply_params(), &Patch::Apply(&copy))
+            .await?;
+    }
+    Ok(if warnings.is_empty() {
+        Desired::new(
+            status::CLUSTER_ADMIN_READY,
+            true,
+            "KubeconfigReady",
+            format!("kubeconfig from Secret {source_ns}/{secret_name} is mounted"),
+        )
+    } else {
+        Desired::new(
+            status::CLUSTER_ADMIN_READY,
+            true,
+            "KubeconfigWarnings",
+            format!(
+                "kubeconfig from Secret {source_ns}/{secret_name} is mounted; warning: {}",
+                warnings.join("; warning: ")
+            ),
+        )
+    })
 }
 
 /// Services annotated `tinycode.dev/discover=vllm` in the instance namespace
@@ -579,6 +639,7 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
         delete_ignoring_missing(&bindings, &naming::scc_grant(&name, tier.as_str())).await?;
     }
     delete_ignoring_missing(&Api::<Route>::namespaced(client.clone(), &ns), &naming::route(&name)).await?;
+    delete_ignoring_missing(&Api::<Secret>::namespaced(client.clone(), &ns), &naming::kubeconfig_copy(&name)).await?;
 
     let kept = if inst.spec.storage.retain_on_delete {
         "the data volumes were kept (storage.retainOnDelete)"

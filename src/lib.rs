@@ -6,6 +6,7 @@
 pub mod api;
 pub mod bundle;
 pub mod cli;
+pub mod cluster_admin;
 pub mod config;
 pub mod controller;
 pub mod devcluster;

@@ -48,6 +48,11 @@ pub fn discovery_role(name: &str) -> String {
     format!("{name}-tinycode-discovery")
 }
 
+/// The copy of a kubeconfig Secret from another namespace.
+pub fn kubeconfig_copy(name: &str) -> String {
+    format!("{name}-tinycode-kubeconfig")
+}
+
 /// RoleBinding that grants `use` of one SCC tier; the tier is in the name
 /// because a RoleBinding's roleRef cannot change.
 pub fn scc_grant(name: &str, tier: &str) -> String {

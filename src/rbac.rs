@@ -33,6 +33,9 @@ fn any() -> Vec<String> {
 fn scc_names() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.scc_name()).collect()
 }
+fn agent_roles() -> Vec<String> {
+    vec!["view".into(), "edit".into()]
+}
 fn scc_use_roles() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.use_cluster_role()).collect()
 }
@@ -122,6 +125,13 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["bind"],
         names: scc_use_roles,
         why: "bind an instance's ServiceAccount to its SCC tier's use role",
+    },
+    Permission {
+        group: "rbac.authorization.k8s.io",
+        resources: &["clusterroles"],
+        verbs: &["bind"],
+        names: agent_roles,
+        why: "helm binds a cluster-admin-mode instance's ServiceAccount to spec.clusterAdmin.clusterRole (view or edit; a tinycode-* role must be added here by the cluster-admin)",
     },
     Permission {
         group: "security.openshift.io",

@@ -101,13 +101,15 @@ pub fn failed(
     previous: Option<&TinycodeInstanceStatus>,
     reason: &str,
     message: &str,
+    extra: &[Desired],
     now: &str,
     generation: Option<i64>,
 ) -> TinycodeInstanceStatus {
     let prev = previous.cloned().unwrap_or_default();
     let mut desired = vec![Desired::new(READY, false, reason, message)];
+    desired.extend(extra.iter().cloned());
     // Other condition types stay as they were.
-    for c in prev.conditions.iter().filter(|c| c.type_ != READY) {
+    for c in prev.conditions.iter().filter(|c| c.type_ != READY && !extra.iter().any(|e| e.type_ == c.type_)) {
         desired.push(Desired {
             type_: leak_type(&c.type_),
             status: c.status == "True",
@@ -207,7 +209,7 @@ mod tests {
             conditions: vec![cond(READY, "True", "t0"), cond(VLLM_WARNING, "False", "t0")],
             ..Default::default()
         };
-        let s = failed(Some(&prev), "SecretMissing", "create it", "t1", Some(3));
+        let s = failed(Some(&prev), "SecretMissing", "create it", &[], "t1", Some(3));
         assert_eq!(s.phase, Some(Phase::Failed));
         assert_eq!(s.url.as_deref(), Some("https://x"));
         assert_eq!(s.observed_generation, Some(3));

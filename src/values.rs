@@ -208,7 +208,7 @@ pub fn build(
     let mount_secret_name = if !ca.enabled {
         String::new()
     } else if !kubeconfig_ns.is_empty() && kubeconfig_ns != inst.namespace {
-        format!("{}-tinycode-kubeconfig", inst.name)
+        naming::kubeconfig_copy(inst.name)
     } else {
         ca.kubeconfig_secret_name.clone().unwrap_or_default()
     };

@@ -174,7 +174,33 @@ impl Env {
     /// Starts the main operator (identity e2e-operator-a) with `helm` as its helm.
     pub fn start_operator_with(&mut self, helm: &Path) -> TestResult {
         self.stop_operator();
-        let child = self.spawn_operator(helm, "e2e-operator-a", MAIN_PORTS, &self.operator_log())?;
+        let mut child = self.spawn_operator(helm, "e2e-operator-a", MAIN_PORTS, &self.operator_log())?;
+        // Ready means leader and synced: scenarios start against a working operator.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().ctx("wait")? {
+                return Err(format!("the operator exited at start-up ({status}):\n{}", self.operator_log_tail()));
+            }
+            let ready = std::net::TcpStream::connect(("127.0.0.1", MAIN_PORTS.0)).ok().and_then(|mut s| {
+                use std::io::{Read, Write};
+                s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").ok()?;
+                let mut buf = String::new();
+                s.read_to_string(&mut buf).ok()?;
+                Some(
+                    buf.split_whitespace().nth(1) == Some("200")
+                        && buf.ends_with("ready\n")
+                        && !buf.contains("standing by"),
+                )
+            });
+            if ready == Some(true) {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("the operator was not ready within 60 s:\n{}", self.operator_log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
         self.operator = Some(child);
         Ok(())
     }

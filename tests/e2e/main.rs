@@ -56,6 +56,8 @@ fn main() {
         sigterm_during_helm_upgrade_leaves_no_pending_release,
         health_and_metrics_endpoints_answer_and_move,
         vllm_providers_are_probed_and_misbehaving_ones_only_warn,
+        cluster_admin_kubeconfig_is_checked_and_copied,
+        every_sample_reaches_running,
         two_replicas_one_leader_and_handover,
         openshift_schemas_accept_operator_objects,
     ];
@@ -960,6 +962,175 @@ async fn vllm_providers_are_probed_and_misbehaving_ones_only_warn(env: &mut Env)
         Ok(ok.then_some(()))
     })
     .await
+}
+
+fn kubeconfig(contexts: usize, token: &str) -> String {
+    let ctxs: String =
+        (0..contexts).map(|i| format!("- name: c{i}\n  context: {{cluster: local, user: agent}}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster: {{server: https://127.0.0.1:6443}}\ncontexts:\n{ctxs}current-context: c0\nusers:\n- name: agent\n  user: {{token: {token}}}\n"
+    )
+}
+
+async fn put_secret(c: &Client, ns: &str, name: &str, data: Value) -> TestResult {
+    let secret =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "stringData": data});
+    Api::<Secret>::namespaced(c.clone(), ns)
+        .patch(name, &PatchParams::apply("e2e-user").force(), &Patch::Apply(&secret))
+        .await
+        .ctx("secret")?;
+    Ok(())
+}
+
+async fn cluster_admin_kubeconfig_is_checked_and_copied(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("agent");
+    prepare(&c, &ns).await?;
+    let mut spec = password_spec();
+    spec["clusterAdmin"] = json!({"enabled": true, "kubeconfigSecretName": "kc"});
+    apply_instance(&c, &ns, "dev", spec.clone()).await.ctx("apply")?;
+    let inst = wait_phase(&c, &ns, "dev", "Failed").await?;
+    let cond = |i: &TinycodeInstance| {
+        i.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "ClusterAdminReady").cloned())
+    };
+    let ca = cond(&inst).ok_or("no ClusterAdminReady")?;
+    ensure_eq((ca.status.as_str(), ca.reason.as_str()), ("False", "KubeconfigSecretMissing"), "ClusterAdminReady")?;
+    ensure(ca.message.contains("oc create secret generic kc --from-file=kubeconfig=<kubeconfig>"), ca.message.clone())?;
+
+    let token = "sha256~very-secret-oauth-token";
+    put_secret(&c, &ns, "kc", json!({"kubeconfig": kubeconfig(2, token)})).await?;
+    let release = naming::release_name(&ns, "dev");
+    wait_for("release deployed once the Secret exists", WAIT, || async {
+        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    let inst = wait_phase(&c, &ns, "dev", "Deploying").await?;
+    let ca = cond(&inst).ok_or("no ClusterAdminReady")?;
+    ensure_eq(ca.status.as_str(), "True", "ClusterAdminReady")?;
+    ensure(
+        ca.message.contains("2 contexts") && ca.message.contains("long-lived ServiceAccount token"),
+        ca.message.clone(),
+    )?;
+    ensure(!serde_json::to_string(&inst.status).unwrap().contains(token), "the token leaked into status")?;
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .ctx("events")?;
+    ensure(!serde_json::to_string(&events.items).unwrap().contains(token), "the token leaked into events")?;
+    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
+    let pod = d.spec.template.spec.ok_or("no pod")?;
+    ensure(
+        pod.volumes.iter().flatten().any(|v| v.secret.as_ref().is_some_and(|s| s.secret_name.as_deref() == Some("kc"))),
+        "kubeconfig Secret not mounted",
+    )?;
+
+    // From another namespace: the operator keeps a copy next to the instance.
+    let admins = env.ns("admins");
+    prepare(&c, &admins).await?;
+    put_secret(&c, &admins, "shared-kc", json!({"config": kubeconfig(1, "eyJhbGciOi.payload.signature")})).await?;
+    spec["clusterAdmin"] = json!({"enabled": true, "kubeconfigSecretName": "shared-kc", "kubeconfigSecretKey": "config", "kubeconfigNamespace": admins});
+    deploy(env, &c, &ns, "copy", spec).await?;
+    let secrets: Api<Secret> = Api::namespaced(c.clone(), &ns);
+    let copy = wait_for("the kubeconfig copy", WAIT, || async {
+        secrets.get_opt("copy-tinycode-kubeconfig").await.ctx("secret")
+    })
+    .await?;
+    let original = Api::<Secret>::namespaced(c.clone(), &admins).get("shared-kc").await.ctx("original")?;
+    ensure_eq(
+        copy.data.as_ref().and_then(|d| d.get("config")),
+        original.data.as_ref().and_then(|d| d.get("config")),
+        "copied kubeconfig",
+    )?;
+    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("copy-tinycode").await.ctx("deployment")?;
+    ensure(
+        d.spec
+            .template
+            .spec
+            .iter()
+            .flat_map(|p| p.volumes.iter().flatten())
+            .any(|v| v.secret.as_ref().is_some_and(|s| s.secret_name.as_deref() == Some("copy-tinycode-kubeconfig"))),
+        "the copy is not mounted",
+    )?;
+    delete_and_wait_gone(&c, &ns, "copy").await?;
+    ensure(
+        secrets.get_opt("copy-tinycode-kubeconfig").await.ctx("secret")?.is_none(),
+        "the kubeconfig copy outlived the instance",
+    )?;
+    Ok(())
+}
+
+async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("samples");
+    prepare(&c, &ns).await?;
+    Api::<Namespace>::all(c.clone())
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"tinycode.dev/allow-hostpath": "true", "tinycode.dev/allow-shell": "true"}}})))
+        .await
+        .ctx("approve tiers")?;
+    put_secret(&c, &ns, "tinycode-kubeconfig", json!({"kubeconfig": kubeconfig(1, "eyJhbGciOi.payload.signature")}))
+        .await?;
+    let vllm = standin::start(standin::Config {
+        models: vec![("qwen/Qwen2.5-Coder-32B-Instruct-AWQ".into(), 32768)],
+        behaviour: standin::Behaviour::Ok,
+        tool_calling: true,
+    })
+    .await;
+    let dir = repo_root().join("config/samples");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).ctx("samples")? {
+        let path = entry.ctx("entry")?.path();
+        let mut inst: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).ctx("read")?).ctx("parse")?;
+        // Model servers are stood in for on loopback: no test traffic leaves the machine.
+        if let Some(list) = inst["spec"]["vllm"].as_array_mut() {
+            for p in list {
+                p["url"] = json!(vllm.url());
+            }
+        }
+        let name = inst["metadata"]["name"].as_str().ok_or("sample without a name")?.to_string();
+        apply_instance(&c, &ns, &name, inst["spec"].clone())
+            .await
+            .map_err(|e| format!("{}: not admitted: {e}", path.display()))?;
+        names.push(name);
+    }
+    ensure(names.len() >= 8, format!("expected a sample per mode, found {names:?}"))?;
+    for name in &names {
+        let release = naming::release_name(&ns, name);
+        wait_for(&format!("release of sample {name}"), WAIT, || async {
+            Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        })
+        .await?;
+        mark_available(&c, &ns, &format!("{name}-tinycode")).await?;
+        admit_route(&c, &ns, &format!("{name}-tinycode"), &format!("{name}.apps.e2e.local")).await?;
+    }
+    for name in &names {
+        let inst = wait_phase(&c, &ns, name, "Running").await?;
+        for cond in inst.status.iter().flat_map(|s| s.conditions.iter()) {
+            if cond.type_ == "ClusterAdminReady" || cond.type_ == "VllmConfigReady" {
+                ensure_eq(cond.status.as_str(), "True", &format!("{name} {}", cond.type_))?;
+            }
+        }
+    }
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    ensure(
+        deployments.get_opt("ollama-tinycode-ollama").await.ctx("ollama")?.is_some(),
+        "the Ollama bundle was not deployed",
+    )?;
+    let team = deployments.get("team-tinycode-tinycode").await.ctx("team")?;
+    ensure_eq(team.spec.replicas, Some(3), "shared instance replicas")?;
+    let route = Api::<Route>::namespaced(c.clone(), &ns).get("team-tinycode-tinycode").await.ctx("route")?;
+    ensure_eq(
+        route.metadata.annotations.unwrap_or_default().get("haproxy.router.openshift.io/balance").cloned(),
+        Some("source".to_string()),
+        "sticky sessions",
+    )?;
+    let git = deployments.get("git-tinycode-tinycode").await.ctx("git")?;
+    ensure(
+        git.spec.template.spec.iter().flat_map(|p| p.init_containers.iter().flatten()).any(|c| c.name == "git-clone"),
+        "no git-clone init container",
+    )?;
+    let shell = deployments.get("shell-tinycode-tinycode").await.ctx("shell")?;
+    ensure_eq(shell.spec.template.spec.and_then(|p| p.host_pid), Some(true), "shell hostPID")?;
+    Ok(())
 }
 
 /// Every field of `want` is in `got` with the same value.

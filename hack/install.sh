@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Installs tinycode-operator on a cluster. Needs cluster-admin.
+#
+# Usage: hack/install.sh [--no-wait] [--image IMAGE] [--timeout DURATION]
+#
+#   --no-wait         do not wait for the manager rollout (INSTALL_WAIT=false)
+#   --image IMAGE     operator image (OPERATOR_IMAGE; default: the one in
+#                     config/manager/manager.yaml)
+#   --timeout DUR     rollout wait, kubectl duration syntax (ROLLOUT_TIMEOUT, 180s)
+#
+# Environment: KUBECTL (default: oc, else kubectl), HELM (default: helm),
+# KUBECONFIG, OPERATOR_IMAGE, INSTALL_WAIT, ROLLOUT_TIMEOUT.
+#
+# Steps (each idempotent; re-running converges):
+#   1. preflight: client, helm 3 (a warning only: the operator image brings
+#      its own helm), logged in, cluster-admin
+#   2. the SCCs and their `use` ClusterRoles (skipped, with a note, when the
+#      cluster has no security.openshift.io API)
+#   3. the CRD, then wait until it is Established
+#   4. namespace tinycode-operator-system (pod security: restricted)
+#   5. RBAC: ServiceAccount, operator ClusterRole + binding, leader-election
+#      Role + binding, SCC binding for the manager, self-service user roles
+#   6. the manager Deployment and its metrics Service
+#   7. wait for the rollout (skipped with --no-wait, or when the cluster has
+#      no nodes, like the local control plane of hack/local-cluster.sh)
+set -euo pipefail
+
+SCRIPT_NAME=install
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+OPERATOR_IMAGE=${OPERATOR_IMAGE:-}
+INSTALL_WAIT=${INSTALL_WAIT:-true}
+ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-180s}
+HELM=${HELM:-helm}
+NS=$OPERATOR_NAMESPACE_DEFAULT
+DEPLOYMENT=tinycode-operator-manager
+DEFAULT_IMAGE=quay.io/bjohns/tinycode-operator:latest
+
+usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+parse_args() {
+	while (($#)); do
+		case "$1" in
+		--no-wait) INSTALL_WAIT=false ;;
+		--wait) INSTALL_WAIT=true ;;
+		--image)
+			(($# >= 2)) || die "--image needs a value"
+			OPERATOR_IMAGE=$2
+			shift
+			;;
+		--image=*) OPERATOR_IMAGE=${1#--image=} ;;
+		--timeout)
+			(($# >= 2)) || die "--timeout needs a value"
+			ROLLOUT_TIMEOUT=$2
+			shift
+			;;
+		--timeout=*) ROLLOUT_TIMEOUT=${1#--timeout=} ;;
+		-h | --help)
+			usage
+			exit 0
+			;;
+		*)
+			usage >&2
+			die "unknown argument: $1"
+			;;
+		esac
+		shift
+	done
+	case "$INSTALL_WAIT" in
+	true | false) ;;
+	*) die "INSTALL_WAIT must be true or false (got '${INSTALL_WAIT}')" ;;
+	esac
+	if [[ -n "$OPERATOR_IMAGE" ]] && ! [[ "$OPERATOR_IMAGE" =~ ^[A-Za-z0-9][A-Za-z0-9._/:@-]*$ ]]; then
+		die "OPERATOR_IMAGE '${OPERATOR_IMAGE}' is not an image reference (registry/org/name:tag or @sha256:...)"
+	fi
+}
+
+preflight() {
+	find_kubectl
+	log "using ${KUBECTL}"
+	local v
+	if ! command -v -- "$HELM" >/dev/null 2>&1; then
+		warn "helm (${HELM}) is not installed; the operator image brings its own helm 3, so this only matters for running the operator outside the cluster"
+	elif v=$("$HELM" version --short 2>/dev/null) && [[ "$v" == v3.* ]]; then
+		log "helm ${v}"
+	else
+		warn "helm (${HELM}) reports '${v:-no version}', not 3.x; the operator image brings its own helm 3"
+	fi
+	check_logged_in
+	check_cluster_admin
+	log "cluster-admin: yes"
+}
+
+install_sccs() {
+	if has_api security.openshift.io/v1; then
+		apply_file "${REPO_ROOT}/config/scc/sccs.yaml"
+	else
+		log "this cluster has no security.openshift.io API (not OpenShift): skipping the SCCs; instances need OpenShift's SCCs and Routes"
+	fi
+}
+
+install_crd() {
+	apply_file "${REPO_ROOT}/config/crd/tinycode.dev_tinycodeinstances.yaml"
+	kc wait --for=condition=Established --timeout=60s "crd/${CRD_NAME}" >/dev/null ||
+		die "the CRD ${CRD_NAME} was not Established within 60s (see: ${KUBECTL##*/} describe crd ${CRD_NAME})"
+	log "CRD ${CRD_NAME} is Established"
+}
+
+install_namespace() {
+	if [[ "$(namespace_phase "$NS")" == Terminating ]]; then
+		die "namespace ${NS} is being deleted (an earlier uninstall); wait until \`${KUBECTL##*/} get namespace ${NS}\` finds nothing, then re-run"
+	fi
+	apply_file "${REPO_ROOT}/config/manager/namespace.yaml"
+}
+
+install_rbac() {
+	local f
+	for f in service_account.yaml role.yaml role_binding.yaml leader_election_role.yaml \
+		leader_election_role_binding.yaml manager_scc_role_binding.yaml user_role.yaml; do
+		apply_file "${REPO_ROOT}/config/rbac/${f}"
+	done
+	# config/rbac/discovery_role.yaml holds no object: role.yaml covers discovery (see that file).
+}
+
+install_manager() {
+	local manifest="${REPO_ROOT}/config/manager/manager.yaml"
+	local image=${OPERATOR_IMAGE:-$DEFAULT_IMAGE}
+	grep -q "image: ${DEFAULT_IMAGE}\$" "$manifest" ||
+		die "${manifest} no longer names ${DEFAULT_IMAGE}; update DEFAULT_IMAGE in $0"
+	# The image was checked against a strict pattern above, so it is safe in sed.
+	sed "s|image: ${DEFAULT_IMAGE}\$|image: ${image}|" "$manifest" | apply_stdin "$manifest"
+	log "applied config/manager/manager.yaml (image ${image})"
+	apply_file "${REPO_ROOT}/config/manager/service.yaml"
+}
+
+wait_rollout() {
+	if [[ "$INSTALL_WAIT" != true ]]; then
+		log "not waiting for the rollout (--no-wait / INSTALL_WAIT=false)"
+		return 0
+	fi
+	local nodes
+	nodes=$(kc get nodes -o name 2>/dev/null || true)
+	if [[ -z "$nodes" ]]; then
+		log "the cluster has no nodes (a bare control plane?): skipping the rollout wait; nothing can run the manager pod here"
+		return 0
+	fi
+	log "waiting up to ${ROLLOUT_TIMEOUT} for deployment/${DEPLOYMENT} to roll out"
+	if ! kc rollout status "deployment/${DEPLOYMENT}" -n "$NS" --timeout="$ROLLOUT_TIMEOUT"; then
+		kc get pods -n "$NS" -l app.kubernetes.io/component=manager -o wide >&2 || true
+		die "the manager did not become ready within ${ROLLOUT_TIMEOUT}; look at: ${KUBECTL##*/} describe deployment/${DEPLOYMENT} -n ${NS}; ${KUBECTL##*/} logs deployment/${DEPLOYMENT} -n ${NS}"
+	fi
+}
+
+next_steps() {
+	local k=${KUBECTL##*/}
+	cat <<EOT
+
+tinycode-operator is installed (namespace ${NS}).
+
+Next steps:
+  1. Prepare a namespace for instances (operator admin RoleBinding + password Secret):
+       hack/prepare-namespace.sh tinycode-dev --generate-password
+  2. Create an instance:
+       make deploy-sample NAMESPACE=tinycode-dev
+     or: ${k} apply -f config/samples/tinycode_v1alpha1_basic.yaml
+  3. Watch it and get its URL:
+       ${k} get tinycodeinstances -n tinycode-dev -w
+       ${k} get tinycodeinstance my-tinycode -n tinycode-dev -o jsonpath='{.status.url}'
+
+Self-service users: bind ClusterRole tinycode-user-role in their namespace, e.g.
+  ${k} create rolebinding alice-tinycode-user --clusterrole=tinycode-user-role --user=alice@example.com -n tinycode-alice
+Manager logs: ${k} logs deployment/${DEPLOYMENT} -n ${NS}
+Uninstall:    hack/uninstall.sh   (keeps the CRD and instance data unless told otherwise)
+EOT
+}
+
+main() {
+	parse_args "$@"
+	preflight
+	install_sccs
+	install_crd
+	install_namespace
+	install_rbac
+	install_manager
+	wait_rollout
+	next_steps
+}
+
+main "$@"

@@ -1,0 +1,219 @@
+//! The OLM bundle and the install manifests: the committed `bundle/` must be
+//! what `tinycode-operator bundle` generates now (run `make bundle`), it must
+//! pass operator-framework's own validators, and `config/manager` must keep
+//! the properties the spec and the scripts rely on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn operator(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_tinycode-operator")).args(args).output().expect("run tinycode-operator");
+    assert!(out.status.success(), "tinycode-operator {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Every file below `dir`, by path relative to it.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(base, &path, out);
+            } else {
+                let rel = path.strip_prefix(base).unwrap().to_string_lossy().to_string();
+                out.insert(rel, std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn yaml_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn committed_bundle_matches_the_generator() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    operator(&["bundle", "--out", out.to_str().unwrap()]);
+    let generated = tree(&out);
+    let committed = tree(&root().join("bundle"));
+    let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(&committed),
+        names(&generated),
+        "bundle/ has other files than the generator writes; run `make bundle`"
+    );
+    for (file, text) in &generated {
+        assert!(committed[file] == *text, "bundle/{file} differs from `tinycode-operator bundle`; run `make bundle`");
+    }
+}
+
+#[test]
+fn leader_election_role_matches_the_declaration() {
+    let out = operator(&["rbac", "--leader-election-namespace", "tinycode-operator-system"]);
+    let committed = std::fs::read_to_string(root().join("config/rbac/leader_election_role.yaml")).unwrap();
+    assert!(
+        committed == String::from_utf8(out.stdout).unwrap(),
+        "config/rbac/leader_election_role.yaml differs from `tinycode-operator rbac --leader-election-namespace tinycode-operator-system`; run `make generate`"
+    );
+}
+
+#[test]
+fn every_sample_is_an_alm_example() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("config/samples"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = tinycode_operator::bundle::SAMPLES.iter().map(|(n, _)| n.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, on_disk, "src/bundle.rs SAMPLES must list every file in config/samples");
+}
+
+#[test]
+fn csv_installs_the_manager_deployment_and_the_declared_permissions() {
+    let csv = &yaml_docs(&root().join("bundle/manifests/tinycode-operator.clusterserviceversion.yaml"))[0];
+    let manager = &yaml_docs(&root().join("config/manager/manager.yaml"))[0];
+    let install = &csv["spec"]["install"]["spec"];
+    let deployment = &install["deployments"][0];
+    assert_eq!(deployment["name"], manager["metadata"]["name"]);
+    // Same spec, less the fixed UID that OpenShift's restricted-v2 SCC refuses under OLM.
+    let mut expected = manager["spec"].clone();
+    expected["template"]["spec"]["securityContext"].as_object_mut().unwrap().remove("runAsUser");
+    expected["template"]["spec"]["containers"][0]["securityContext"].as_object_mut().unwrap().remove("runAsUser");
+    assert_eq!(deployment["spec"], expected);
+
+    let role = &yaml_docs(&root().join("config/rbac/role.yaml"))[0];
+    assert_eq!(install["clusterPermissions"][0]["rules"], role["rules"]);
+    let leader = &yaml_docs(&root().join("config/rbac/leader_election_role.yaml"))[0];
+    assert_eq!(install["permissions"][0]["rules"], leader["rules"]);
+    for p in ["clusterPermissions", "permissions"] {
+        assert_eq!(install[p][0]["serviceAccountName"], manager["spec"]["template"]["spec"]["serviceAccountName"]);
+    }
+
+    let modes: BTreeMap<String, bool> = csv["spec"]["installModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["type"].as_str().unwrap().to_string(), m["supported"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        modes,
+        BTreeMap::from([
+            ("AllNamespaces".to_string(), true),
+            ("MultiNamespace".to_string(), false),
+            ("OwnNamespace".to_string(), false),
+            ("SingleNamespace".to_string(), false),
+        ])
+    );
+
+    let examples: Value =
+        serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
+    assert_eq!(examples.as_array().unwrap().len(), tinycode_operator::bundle::SAMPLES.len());
+    let owned = &csv["spec"]["customresourcedefinitions"]["owned"][0];
+    assert_eq!(owned["name"], "tinycodeinstances.tinycode.dev");
+    assert_eq!(owned["version"], "v1alpha1");
+    let icon = &csv["spec"]["icon"][0];
+    assert_eq!(icon["mediatype"], "image/svg+xml");
+    use base64::Engine;
+    let svg = base64::engine::general_purpose::STANDARD.decode(icon["base64data"].as_str().unwrap()).unwrap();
+    assert!(String::from_utf8(svg).unwrap().starts_with("<svg"));
+}
+
+#[test]
+fn manager_runs_non_root_read_only_with_health_and_metrics() {
+    let d = &yaml_docs(&root().join("config/manager/manager.yaml"))[0];
+    assert_eq!(d["metadata"]["namespace"], "tinycode-operator-system");
+    assert_eq!(d["spec"]["replicas"], 1);
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "tinycode-operator-manager");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 1001);
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    let ports: BTreeMap<&str, i64> = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ports, BTreeMap::from([("health", 8081), ("metrics", 8383)]));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env: BTreeMap<&str, &Value> =
+        c["env"].as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap(), e)).collect();
+    assert_eq!(env["WATCH_NAMESPACE"]["value"], "");
+    assert_eq!(env["OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    assert_eq!(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    assert_eq!(env["HELM_CHART_PATH"]["value"], "/helm-charts/tinycode");
+    assert_eq!(env["TMPDIR"]["value"], "/tmp");
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/tmp"), "the read-only root needs a writable /tmp");
+
+    let ns = &yaml_docs(&root().join("config/manager/namespace.yaml"))[0];
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(ns["metadata"]["labels"][format!("pod-security.kubernetes.io/{mode}")], "restricted");
+    }
+}
+
+/// hack/olm-validate.sh's binary, built once per test run (and cached outside the repo).
+fn validator() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(root().join("hack/olm-validate.sh"))
+            .arg("--print-path")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run hack/olm-validate.sh");
+        assert!(out.status.success(), "building the OLM validator failed (see above)");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+#[test]
+fn bundle_passes_the_operator_framework_validators() {
+    let out = Command::new(validator()).args(["-suite", "operatorhub"]).arg(root().join("bundle")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the bundle has OLM validation errors:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("0 error(s)"), "{text}");
+    assert!(!text.contains("WARN"), "the bundle has OLM validation warnings:\n{text}");
+}
+
+#[test]
+fn the_validator_reports_a_broken_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    operator(&["bundle", "--out", bundle.to_str().unwrap()]);
+    std::fs::remove_file(bundle.join("manifests/tinycode.dev_tinycodeinstances.yaml")).unwrap();
+    let out = Command::new(validator()).arg(&bundle).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("ERROR") && text.contains("TinycodeInstance"), "{text}");
+}

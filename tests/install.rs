@@ -1,0 +1,445 @@
+//! hack/install.sh, hack/prepare-namespace.sh and hack/uninstall.sh against
+//! the local control plane (hack/local-cluster.sh: a real kube-apiserver, no
+//! nodes, no controller-manager): install, prepare a namespace, apply every
+//! sample, uninstall, then all of it a second time. Assertions read the API.
+//!
+//! The control plane is shared with tests/e2e (never at the same time: cargo
+//! runs test binaries one after another). Uninstall removes the operator's
+//! ClusterRole, SCCs and namespace, which e2e re-creates in its setup, and
+//! keeps the CRD, which e2e needs. Without a controller-manager a deleted
+//! namespace stays Terminating forever, so this test plays the namespace
+//! controller (empties and finalizes it) and leaves nothing Terminating behind.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde::Deserialize;
+use serde_json::Value;
+use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::devcluster;
+use tinycode_operator::openshift::SecurityContextConstraints;
+
+const OPERATOR_NS: &str = "tinycode-operator-system";
+const CRD: &str = "tinycodeinstances.tinycode.dev";
+const PASSWORD: &str = "install-test pa$$word \"quoted\"";
+const CLUSTER_ROLES: &[&str] = &[
+    "tinycode-operator-manager",
+    "tinycode-scc-restricted",
+    "tinycode-scc-hostpath",
+    "tinycode-scc-shell",
+    "tinycode-user-role",
+    "tinycode-user-view-role",
+];
+const SCCS: &[&str] = &["tinycode-restricted", "tinycode-hostpath", "tinycode-shell"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Cluster {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    helm: PathBuf,
+}
+
+fn local_cluster(cmd: &str) -> String {
+    let out = Command::new("bash")
+        .arg(root().join("hack/local-cluster.sh"))
+        .arg(cmd)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run hack/local-cluster.sh");
+    assert!(out.status.success(), "hack/local-cluster.sh {cmd} failed (see above)");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn value_of(text: &str, prefix: &str) -> PathBuf {
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no {prefix} line in {text:?}"))
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let tools = local_cluster("tools");
+        let started = local_cluster("start");
+        Cluster {
+            kubeconfig: value_of(&started, "export KUBECONFIG="),
+            kubectl: value_of(&tools, "TINYCODE_KUBECTL="),
+            helm: value_of(&tools, "TINYCODE_HELM="),
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("read the admin kubeconfig");
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("kubeconfig");
+        Client::try_from(config).expect("client")
+    }
+
+    /// Runs a hack/ script as a cluster-admin would, with the local tools.
+    fn script(&self, script: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new("bash");
+        cmd.arg(root().join("hack").join(script))
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECTL", &self.kubectl)
+            .env("HELM", &self.helm)
+            .env_remove("OPERATOR_IMAGE")
+            .env_remove("INSTALL_WAIT")
+            .env_remove("DELETE_CRD")
+            .env_remove("TINYCODE_PASSWORD")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run the script")
+    }
+
+    fn script_ok(&self, script: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+        let out = self.script(script, args, env);
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "hack/{script} {args:?} failed:\n{text}");
+        text
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(&self.kubectl)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        if let Some(input) = stdin {
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Plays the namespace controller that this control plane lacks: deletes
+    /// what is left in a Terminating namespace, then removes its finalizer so
+    /// it is really gone (and can be created again).
+    fn finish_namespace_deletion(&self, ns: &str) {
+        if !self.kubectl(&["get", "namespace", ns], None).status.success() {
+            return; // gone already
+        }
+        self.kubectl(&["delete", "namespace", ns, "--wait=false", "--ignore-not-found"], None);
+        let kinds = self.kubectl(&["api-resources", "--namespaced", "--verbs=list,delete", "-o", "name"], None);
+        let kinds: Vec<String> = String::from_utf8_lossy(&kinds.stdout).lines().map(String::from).collect();
+        if !kinds.is_empty() {
+            self.kubectl(&["delete", &kinds.join(","), "--all", "-n", ns, "--wait=false", "--ignore-not-found"], None);
+        }
+        let path = format!("/api/v1/namespaces/{ns}/finalize");
+        for _ in 0..50 {
+            let out = self.kubectl(&["get", "namespace", ns, "-o", "json"], None);
+            if !out.status.success() {
+                return;
+            }
+            let mut namespace: Value = serde_json::from_slice(&out.stdout).unwrap();
+            namespace["spec"]["finalizers"] = Value::Array(vec![]);
+            let out = self.kubectl(&["replace", "--raw", &path, "-f", "-"], Some(&namespace.to_string()));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() || err.contains("NotFound") || err.contains("Conflict"),
+                "finalizing namespace {ns}: {err}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("namespace {ns} is still there after finalizing it");
+    }
+}
+
+/// Leaves nothing Terminating behind, also when an assertion fails midway
+/// (tests/e2e installs into tinycode-operator-system next).
+struct Cleanup<'a> {
+    cluster: &'a Cluster,
+    instance_ns: String,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let c = self.cluster;
+        // No operator runs, so nothing would ever remove an instance finalizer.
+        let list = c.kubectl(&["get", "tinycodeinstances", "-n", &self.instance_ns, "-o", "name"], None);
+        for name in String::from_utf8_lossy(&list.stdout).lines() {
+            c.kubectl(
+                &["patch", name, "-n", &self.instance_ns, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#],
+                None,
+            );
+        }
+        c.finish_namespace_deletion(&self.instance_ns);
+        let phase = c.kubectl(&["get", "namespace", OPERATOR_NS, "-o", "jsonpath={.metadata.deletionTimestamp}"], None);
+        if phase.status.success() && !phase.stdout.is_empty() {
+            c.finish_namespace_deletion(OPERATOR_NS);
+        }
+    }
+}
+
+fn openshift_crds_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("TINYCODE_OPENSHIFT_CRDS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/openshift-crds"));
+    dir.join("routes.route.openshift.io.yaml").is_file().then_some(dir)
+}
+
+fn samples() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root().join("config/samples")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".yaml") || name == "kustomization.yaml" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v = Value::deserialize(doc).unwrap();
+            if !v.is_null() {
+                out.push((name.clone(), v));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(out.len() >= 8, "expected one sample per mode, found {}", out.len());
+    out
+}
+
+async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.unwrap_or_else(|e| panic!("get {name}: {e}")).is_some()
+}
+
+/// Gone, or in a namespace that is being deleted (no controller-manager here
+/// to finish that), which counts as gone.
+async fn namespace_gone_or_terminating(client: &Client, ns: &str) -> bool {
+    match Api::<Namespace>::all(client.clone()).get_opt(ns).await.unwrap() {
+        None => true,
+        Some(n) => n.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+async fn assert_installed(client: &Client, image: &str) {
+    let crd = Api::<CustomResourceDefinition>::all(client.clone()).get(CRD).await.expect("the CRD is installed");
+    let established = crd
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established, "the CRD is not Established");
+    let sccs: Api<SecurityContextConstraints> = Api::all(client.clone());
+    for scc in SCCS {
+        assert!(exists(&sccs, scc).await, "SCC {scc} missing");
+    }
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    for role in CLUSTER_ROLES {
+        assert!(exists(&roles, role).await, "ClusterRole {role} missing");
+    }
+    let crb = Api::<ClusterRoleBinding>::all(client.clone()).get("tinycode-operator-manager").await.unwrap();
+    let subject = &crb.subjects.unwrap()[0];
+    assert_eq!((subject.name.as_str(), subject.namespace.as_deref()), ("tinycode-operator-manager", Some(OPERATOR_NS)));
+
+    let ns = Api::<Namespace>::all(client.clone()).get(OPERATOR_NS).await.unwrap();
+    assert!(ns.metadata.deletion_timestamp.is_none());
+    let labels = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
+    assert!(exists(&Api::<ServiceAccount>::namespaced(client.clone(), OPERATOR_NS), "tinycode-operator-manager").await);
+    assert!(exists(&Api::<Role>::namespaced(client.clone(), OPERATOR_NS), "tinycode-operator-leader-election").await);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), OPERATOR_NS);
+    for b in ["tinycode-operator-leader-election", "tinycode-operator-scc"] {
+        assert!(exists(&bindings, b).await, "RoleBinding {OPERATOR_NS}/{b} missing");
+    }
+    assert!(exists(&Api::<Service>::namespaced(client.clone(), OPERATOR_NS), "tinycode-operator-metrics").await);
+    let d = Api::<Deployment>::namespaced(client.clone(), OPERATOR_NS).get("tinycode-operator-manager").await.unwrap();
+    let pod = d.spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("tinycode-operator-manager"));
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some(image));
+    assert_eq!(c.security_context.as_ref().and_then(|s| s.read_only_root_filesystem), Some(true));
+}
+
+async fn assert_uninstalled(client: &Client) {
+    let sccs: Api<SecurityContextConstraints> = Api::all(client.clone());
+    for scc in SCCS {
+        assert!(!exists(&sccs, scc).await, "SCC {scc} left behind");
+    }
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    for role in CLUSTER_ROLES {
+        assert!(!exists(&roles, role).await, "ClusterRole {role} left behind");
+    }
+    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+    assert!(!exists(&crbs, "tinycode-operator-manager").await, "ClusterRoleBinding left behind");
+    assert!(namespace_gone_or_terminating(client, OPERATOR_NS).await, "namespace {OPERATOR_NS} left behind");
+    // What lived in the namespace was deleted explicitly, not left to the
+    // namespace controller.
+    let ns = OPERATOR_NS;
+    assert!(!exists(&Api::<Deployment>::namespaced(client.clone(), ns), "tinycode-operator-manager").await);
+    assert!(!exists(&Api::<Service>::namespaced(client.clone(), ns), "tinycode-operator-metrics").await);
+    assert!(!exists(&Api::<ServiceAccount>::namespaced(client.clone(), ns), "tinycode-operator-manager").await);
+    assert!(!exists(&Api::<Role>::namespaced(client.clone(), ns), "tinycode-operator-leader-election").await);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
+    for b in ["tinycode-operator-leader-election", "tinycode-operator-scc"] {
+        assert!(!exists(&bindings, b).await, "RoleBinding {ns}/{b} left behind");
+    }
+    // Kept on purpose: the CRD (deleting it deletes every instance).
+    assert!(exists(&Api::<CustomResourceDefinition>::all(client.clone()), CRD).await, "uninstall removed the CRD");
+}
+
+async fn password_in(client: &Client, ns: &str) -> String {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get("tinycode-password").await.unwrap();
+    let data = secret.data.unwrap_or_default();
+    String::from_utf8(data["TINYCODE_SERVER_PASSWORD"].0.clone()).unwrap()
+}
+
+async fn assert_prepared(client: &Client, ns: &str) {
+    let rb = Api::<RoleBinding>::namespaced(client.clone(), ns).get("tinycode-operator-admin").await.unwrap();
+    assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("ClusterRole", "admin"));
+    let s = &rb.subjects.unwrap()[0];
+    assert_eq!(
+        (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()),
+        ("ServiceAccount", "tinycode-operator-manager", Some(OPERATOR_NS))
+    );
+    assert_eq!(password_in(client, ns).await, PASSWORD);
+    let labels: BTreeMap<String, String> =
+        Api::<Namespace>::all(client.clone()).get(ns).await.unwrap().metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("tinycode.dev/allow-hostpath").map(String::as_str), Some("true"));
+    assert_eq!(labels.get("tinycode.dev/allow-shell").map(String::as_str), Some("true"));
+}
+
+/// Applies every sample into `ns` through the apiserver's admission (schema
+/// and CEL rules), as `oc apply` would.
+async fn apply_samples(client: &Client, ns: &str) -> Vec<String> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+    let mut names = Vec::new();
+    for (file, mut sample) in samples() {
+        sample["metadata"]["namespace"] = ns.into();
+        let name = sample["metadata"]["name"].as_str().unwrap().to_string();
+        api.patch(&name, &PatchParams::apply("install-test").force(), &Patch::Apply(&sample))
+            .await
+            .unwrap_or_else(|e| panic!("config/samples/{file} was refused at admission: {e}"));
+        names.push(name);
+    }
+    names
+}
+
+fn assert_not_leaked(output: &str) {
+    assert!(!output.contains(PASSWORD), "a script printed the password");
+}
+
+#[tokio::test]
+async fn install_prepare_samples_uninstall_twice() {
+    let cluster = Cluster::start();
+    let client = cluster.client().await;
+    devcluster::install_openshift_apis(&client, openshift_crds_dir().as_deref()).await.expect("OpenShift APIs");
+    let ns = format!("install-test-{:04x}", std::process::id() % 0xffff);
+    let _cleanup = Cleanup { cluster: &cluster, instance_ns: ns.clone() };
+    // Terminating leftovers of an earlier, interrupted run: the operator's
+    // namespace would block the install.
+    let all = cluster.kubectl(&["get", "namespaces", "-o", "name"], None);
+    for name in String::from_utf8_lossy(&all.stdout).lines().filter_map(|l| l.strip_prefix("namespace/")) {
+        if name.starts_with("install-test-") && name != ns {
+            cluster.finish_namespace_deletion(name);
+        }
+    }
+    let deleting =
+        cluster.kubectl(&["get", "namespace", OPERATOR_NS, "-o", "jsonpath={.metadata.deletionTimestamp}"], None);
+    if deleting.status.success() && !deleting.stdout.is_empty() {
+        cluster.finish_namespace_deletion(OPERATOR_NS);
+    }
+
+    let instances: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<TinycodeInstance>(&()));
+    for round in 1..=2 {
+        // Round 1 says --no-wait; round 2 relies on install.sh noticing that the
+        // cluster has no nodes. Round 2 also installs another image.
+        let image = if round == 1 { "quay.io/bjohns/tinycode-operator:latest" } else { "quay.io/example/op:v9" };
+        let out = if round == 1 {
+            cluster.script_ok("install.sh", &["--no-wait"], &[])
+        } else {
+            cluster.script_ok("install.sh", &[], &[("OPERATOR_IMAGE", image)])
+        };
+        assert!(out.contains("tinycode-operator is installed"), "{out}");
+        if round == 2 {
+            assert!(out.contains("no nodes"), "install.sh should skip the rollout wait without nodes:\n{out}");
+        }
+        assert_installed(&client, image).await;
+
+        // Preparing is idempotent; the second --generate-password keeps the password.
+        let out = cluster.script_ok(
+            "prepare-namespace.sh",
+            &[&ns, "--password-from-env", "--allow-hostpath", "--allow-shell"],
+            &[("TINYCODE_PASSWORD", PASSWORD)],
+        );
+        assert_not_leaked(&out);
+        let out = cluster.script_ok("prepare-namespace.sh", &[&ns, "--generate-password"], &[]);
+        assert_not_leaked(&out);
+        assert_prepared(&client, &ns).await;
+
+        let names = apply_samples(&client, &ns).await;
+        for name in &names {
+            assert!(exists(&instances, name).await, "instance {name} missing after apply");
+        }
+
+        let out = cluster.script_ok("uninstall.sh", &[], &[]);
+        assert!(out.contains("kept the CRD"), "{out}");
+        assert_uninstalled(&client).await;
+        // Idempotent: a second run finds nothing to do and succeeds.
+        cluster.script_ok("uninstall.sh", &[], &[]);
+        assert_uninstalled(&client).await;
+        // Kept: the instances (CRD kept) and the prepared namespace.
+        for name in &names {
+            assert!(exists(&instances, name).await, "uninstall deleted instance {name} although it keeps the CRD");
+        }
+        assert_eq!(password_in(&client, &ns).await, PASSWORD, "uninstall touched the instance namespace");
+
+        if round == 1 {
+            // Installing into a namespace that is still being deleted fails with a clear message.
+            let out = cluster.script("install.sh", &["--no-wait"], &[]);
+            assert!(!out.status.success());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("is being deleted"), "{err}");
+        }
+        cluster.finish_namespace_deletion(OPERATOR_NS);
+    }
+}
+
+#[test]
+fn prepare_namespace_refuses_reserved_namespaces_without_touching_the_cluster() {
+    for ns in ["default", "kube-system", "openshift-operators", "tinycode-operator-system"] {
+        let out = Command::new("bash")
+            .arg(root().join("hack/prepare-namespace.sh"))
+            .arg(ns)
+            // An unreachable cluster proves the refusal comes first.
+            .env("KUBECONFIG", "/nonexistent")
+            .env("KUBECTL", "true")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{ns} was accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is reserved"), "{ns}");
+    }
+}
+
+#[test]
+fn scripts_explain_themselves() {
+    for script in ["install.sh", "uninstall.sh", "prepare-namespace.sh", "build-push.sh", "olm-validate.sh"] {
+        let out = Command::new("bash").arg(root().join("hack").join(script)).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{script} --help failed");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("Usage:"), "{script} --help: {text}");
+    }
+}
