@@ -396,3 +396,77 @@ fn chart_defaults_have_the_operator_values_shape() {
     b.sort();
     assert_eq!(a, b);
 }
+
+/// The init container's script, run for real with hostile values: git gets
+/// them as arguments, the shell never evaluates them.
+#[test]
+fn git_clone_script_never_executes_its_inputs() {
+    let (_, docs) = render(json!({"git": {"url": "https://example.com/team/repo.git"}}));
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    let init = dep["spec"]["template"]["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "git-clone")
+        .unwrap();
+    let argv: Vec<String> =
+        init["command"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    assert_eq!(&argv[..2], ["/bin/sh", "-c"]);
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    // The script clones into /projects; point it at a scratch directory instead.
+    assert_eq!(argv[2].matches("dest=/projects\n").count(), 1);
+    let script = argv[2].replace("dest=/projects\n", &format!("dest={}\n", w.join("projects").display()));
+
+    // A local repository to clone (no network involved).
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", w)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&ok.stderr));
+    };
+    let src = w.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    git(&["init", "-q", "-b", "main"], &src);
+    std::fs::write(src.join("README"), "hello").unwrap();
+    git(&["add", "README"], &src);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"], &src);
+
+    let run = |repo: &str, branch: &str| {
+        let projects = w.join("projects");
+        let _ = std::fs::remove_dir_all(&projects);
+        std::fs::create_dir_all(&projects).unwrap();
+        Command::new("/bin/sh")
+            .args(["-c", &script])
+            .current_dir(w)
+            .env("TINYCODE_GIT_REPO", repo)
+            .env("TINYCODE_GIT_BRANCH", branch)
+            .env("TINYCODE_GIT_DEPTH", "1")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+    };
+    let good = run(&format!("file://{}", src.display()), "main");
+    assert!(good.status.success(), "a plain clone must work: {}", String::from_utf8_lossy(&good.stderr));
+    assert!(w.join("projects/README").is_file(), "the clone did not land in /projects");
+
+    let marker = w.join("pwned");
+    let m = marker.display().to_string();
+    for (repo, branch) in [
+        (format!("$(touch {m})"), String::new()),
+        (format!("x; touch {m}"), String::new()),
+        (format!("`touch {m}`"), String::new()),
+        (format!("--upload-pack=touch {m}"), String::new()),
+        (format!("file://{}", src.display()), format!("main; touch {m}")),
+        (format!("file://{}", src.display()), format!("$(touch {m})")),
+        (format!("file://{}", src.display()), format!("--upload-pack=touch {m}")),
+    ] {
+        let out = run(&repo, &branch);
+        assert!(!out.status.success(), "hostile input cloned: repo {repo:?} branch {branch:?}");
+        assert!(!marker.exists(), "repo {repo:?} branch {branch:?} executed a command");
+    }
+}

@@ -126,6 +126,13 @@ fn main() {
     std::process::exit(code);
 }
 
+/// The tinycode container's memory limit.
+fn memory_limit(d: &Deployment) -> Option<String> {
+    let pod = d.spec.template.spec.as_ref()?;
+    let limits = pod.containers.iter().find(|c| c.name == "tinycode")?.resources.as_ref()?.limits.as_ref()?;
+    limits.get("memory").map(|q| q.0.clone())
+}
+
 fn password_spec() -> Value {
     json!({"auth": {"passwordSecret": "tinycode-password"}})
 }
@@ -380,15 +387,7 @@ async fn spec_change_makes_one_revision_and_resync_none(env: &mut Env) -> TestRe
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
     wait_for("the Deployment to get the new memory limit", WAIT, || async {
         let d = deployments.get("dev-tinycode").await.ctx("deployment")?;
-        let mem = d
-            .spec
-            .template
-            .spec
-            .and_then(|p| p.containers.into_iter().find(|c| c.name == "tinycode"))
-            .and_then(|c| c.resources)
-            .and_then(|r| r.limits)
-            .and_then(|l| l.get("memory").cloned());
-        Ok((mem.map(|q| q.0).as_deref() == Some("3Gi")).then_some(()))
+        Ok((memory_limit(&d).as_deref() == Some("3Gi")).then_some(()))
     })
     .await?;
     wait_for("revision 2 deployed", WAIT, || async {
@@ -719,16 +718,7 @@ async fn operator_killed_mid_upgrade_converges(env: &mut Env) -> TestResult {
     })
     .await?;
     let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
-    let mem = d
-        .spec
-        .template
-        .spec
-        .and_then(|p| p.containers.into_iter().find(|c| c.name == "tinycode"))
-        .and_then(|c| c.resources)
-        .and_then(|r| r.limits)
-        .and_then(|l| l.get("memory").cloned())
-        .map(|q| q.0);
-    ensure_eq(mem.as_deref(), Some("4Gi"), "memory limit after recovery")?;
+    ensure_eq(memory_limit(&d).as_deref(), Some("4Gi"), "memory limit after recovery")?;
     Ok(())
 }
 
