@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Benchmark: N instances against the local control plane, with the real
+# operator (as its ServiceAccount) and real helm. Prints figures; asserts nothing.
+#
+#   hack/bench.sh [N]            (default 100; BENCH_PROFILE=debug for a debug build)
+#
+# Figures: time until every instance has a Helm release, helm time per run,
+# reconciles and helm runs while idle, time for a restarted operator to resync
+# all instances (it must run no helm for unchanged instances), time to delete all.
+set -euo pipefail
+
+N=${1:-100}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PROFILE=${BENCH_PROFILE:-release}
+NS=bench-$$
+STATE=$(mktemp -d /tmp/tinycode-bench.XXXXXX)
+HEALTH=127.0.0.1:18581
+METRICS=127.0.0.1:18583
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+eval "$(hack/local-cluster.sh tools)"
+eval "$(hack/local-cluster.sh start)"
+K=$TINYCODE_KUBECTL
+if [[ $PROFILE == release ]]; then cargo build --quiet --release --bins; else cargo build --quiet --bins; fi
+BIN=$ROOT/target/$PROFILE
+"$BIN/tinycode-local" setup --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
+
+op=
+start_operator() {
+	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$ROOT/helm-charts/tinycode" \
+		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn \
+		"$BIN/tinycode-operator" run >>"$STATE/operator.log" 2>&1 &
+	op=$!
+	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
+}
+stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
+trap 'stop_operator; rm -rf "$STATE"' EXIT
+
+metric() { # sum of the samples of a series prefix
+	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
+}
+installed() { "$K" get tinycodeinstances -n "$NS" -o jsonpath='{range .items[*]}{.status.helmRevision}{"\n"}{end}' | grep -c . || true; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+start_operator
+log "creating $N instances in $NS"
+for i in $(seq 1 "$N"); do
+	printf -- '---\napiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: i%d, namespace: %s}\nspec: {auth: {passwordSecret: tinycode-password}}\n' "$i" "$NS"
+done >"$STATE/instances.yaml"
+t0=$(now)
+"$K" apply -f "$STATE/instances.yaml" >/dev/null
+until [[ $(installed) -ge $N ]]; do sleep 0.5; done
+install_s=$(since "$t0")
+helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
+helm_sum=$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')
+
+r0=$(metric tinycode_operator_reconciles_total)
+h0=$(metric tinycode_operator_helm_invocations_total)
+sleep 30
+r1=$(metric tinycode_operator_reconciles_total)
+h1=$(metric tinycode_operator_helm_invocations_total)
+
+stop_operator
+t1=$(now)
+start_operator
+until [[ $(metric 'tinycode_operator_reconciles_total{result="success"}' | cut -d. -f1) -ge $N ]]; do sleep 0.2; done
+resync_s=$(since "$t1")
+resync_helm=$(metric tinycode_operator_helm_invocations_total)
+rss_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
+
+t2=$(now)
+"$K" delete tinycodeinstances --all -n "$NS" --wait=true --timeout=600s >/dev/null
+delete_s=$(since "$t2")
+
+printf '\ninstances                          %d\n' "$N"
+printf 'all installed after                %s s (concurrency 4)\n' "$install_s"
+printf 'helm upgrade runs / mean duration  %.0f / %s s\n' "$helm_runs" "$(awk -v s="$helm_sum" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? s / n : 0 }')"
+printf 'idle 30 s: reconciles / helm runs  %.0f / %.0f\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')"
+printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0)\n' "$resync_s" "$resync_helm"
+printf 'operator RSS after resync          %d MiB\n' "$((rss_kb / 1024))"
+printf 'all deleted after                  %s s\n' "$delete_s"
