@@ -18,12 +18,20 @@ pub enum Error {
     Blocked { reason: &'static str, message: String },
 
     /// The API server failed or refused a call: retried with backoff.
-    #[error("Kubernetes API call failed: {0}")]
+    #[error("Kubernetes API call failed: {}", api_message(.0))]
     Kube(#[from] kube::Error),
 
     /// Helm failed: retried with backoff.
     #[error(transparent)]
     Helm(#[from] HelmError),
+}
+
+/// The apiserver's own message (what was refused and why), not the debug dump.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if !status.message.is_empty() => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
 }
 
 /// What the controller does after an error.

@@ -60,6 +60,7 @@ fn main() {
         every_sample_reaches_running,
         two_replicas_one_leader_and_handover,
         openshift_schemas_accept_operator_objects,
+        no_permission_errors_in_any_scenario,
     ];
     let selected: Vec<_> =
         all.into_iter().filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()))).collect();
@@ -1121,6 +1122,38 @@ async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
     let shell = deployments.get("shell-tinycode-tinycode").await.ctx("shell")?;
     ensure_eq(shell.spec.template.spec.and_then(|p| p.host_pid), Some(true), "shell hostPID")?;
     Ok(())
+}
+
+/// The operator ran every scenario under exactly its generated ClusterRole:
+/// no reconcile of this run failed on a refused API call or helm step.
+async fn no_permission_errors_in_any_scenario(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::all(c.clone()).list(&Default::default()).await.ctx("events")?;
+    let suffix = format!("-{}", env.run_id);
+    let ours: Vec<_> = events
+        .items
+        .iter()
+        .filter(|e| e.metadata.namespace.as_deref().is_some_and(|n| n.starts_with("e2e-") && n.ends_with(&suffix)))
+        .filter(|e| e.reporting_controller.as_deref() == Some("tinycode-operator"))
+        .collect();
+    ensure(!ours.is_empty(), "no operator events found for this run")?;
+    let refused: Vec<String> = ours
+        .iter()
+        .filter(|e| {
+            let note = e.note.as_deref().unwrap_or_default().to_lowercase();
+            e.reason.as_deref() == Some("KubernetesApiError") || note.contains("forbidden") || note.contains(" 403")
+        })
+        .map(|e| {
+            format!(
+                "{}: {} {}",
+                e.metadata.namespace.as_deref().unwrap_or(""),
+                e.reason.as_deref().unwrap_or(""),
+                e.note.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    ensure(refused.is_empty(), format!("the operator hit refused calls:\n{}", refused.join("\n")))
 }
 
 /// Every field of `want` is in `got` with the same value.
