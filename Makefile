@@ -41,6 +41,7 @@ generate: ## Regenerate the CRD, RBAC, SCCs and values schema from the code
 	target/debug/tinycode-operator scc > config/scc/sccs.yaml
 	target/debug/tinycode-operator values-schema > helm-charts/tinycode/values.schema.json
 	target/debug/tinycode-operator rbac --leader-election-namespace tinycode-operator-system > config/rbac/leader_election_role.yaml
+	target/debug/tinycode-operator rbac --discovery > config/rbac/discovery_role.yaml
 	target/debug/tinycode-operator bundle --out bundle 2>/dev/null
 
 .PHONY: lint

@@ -286,6 +286,8 @@ pub struct Shell {
 #[x_kube(
     validation = Rule::new("!self.enabled || (has(self.kubeconfigSecretName) && self.kubeconfigSecretName != '')")
         .message("spec.clusterAdmin.kubeconfigSecretName is required when spec.clusterAdmin.enabled is true: name the Secret that holds the kubeconfig"),
+    validation = Rule::new("self.enabled || !has(self.clusterRole)")
+        .message("spec.clusterAdmin.clusterRole is bound only in cluster-admin mode: set spec.clusterAdmin.enabled to true or remove clusterRole"),
 )]
 pub struct ClusterAdmin {
     #[serde(default)]
@@ -303,10 +305,12 @@ pub struct ClusterAdmin {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
     pub kubeconfig_namespace: Option<String>,
-    /// ClusterRole bound to the instance's ServiceAccount: view, edit or tinycode-*.
+    /// ClusterRole bound cluster-wide to the instance's ServiceAccount; only
+    /// roles in the operator's allow-list that the namespace's
+    /// `tinycode.dev/allow-cluster-role` label approves are bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self == 'view' || self == 'edit' || self.startsWith('tinycode-')")
-        .message("spec.clusterAdmin.clusterRole must be view, edit or a tinycode-* ClusterRole; admin and cluster-admin are never allowed"))]
+    #[x_kube(validation = Rule::new("!(self in ['admin', 'cluster-admin', 'tinycode-discovery']) && !self.startsWith('tinycode-operator') && !self.startsWith('tinycode-scc-') && !self.startsWith('system:')")
+        .message("spec.clusterAdmin.clusterRole may not be admin, cluster-admin, system:*, the operator's own roles or the SCC use roles; use a role a cluster-admin approved for this namespace (default: view)"))]
     #[schemars(length(min = 1, max = 253))]
     pub cluster_role: Option<String>,
 }

@@ -497,7 +497,8 @@ pub fn files() -> Vec<BundleFile> {
     });
     // Extra objects OLM creates alongside the operator: the metrics Service
     // (in the install namespace), the SCC `use` ClusterRoles the operator
-    // binds instances to, and the self-service user roles.
+    // binds instances to, the discovery ClusterRole bound per namespace, and
+    // the self-service user roles.
     let mut extras = vec![strip_namespace(one_doc(METRICS_SERVICE_YAML, "config/manager/service.yaml"))];
     for tier in ALL_TIERS {
         let mut role = serde_json::to_value(tier.use_role()).expect("role");
@@ -505,6 +506,7 @@ pub fn files() -> Vec<BundleFile> {
         role["kind"] = "ClusterRole".into();
         extras.push(role);
     }
+    extras.push(crate::rbac::discovery_cluster_role_manifest());
     extras.extend(parse_yaml_docs(USER_ROLES_YAML, "config/rbac/user_role.yaml"));
     for obj in extras {
         out.push(BundleFile { path: manifest_file_name(&obj), content: format!("{header}{}", yaml(&obj)) });

@@ -54,9 +54,12 @@ pub enum Command {
     OpenshiftCrds,
     /// Print the operator's ClusterRole, generated from its declared API calls.
     Rbac {
-        /// Print the leader-election Role for this namespace instead.
+        /// Print the operator-namespace Role (leader Lease, Helm release records) for this namespace instead.
         #[arg(long)]
         leader_election_namespace: Option<String>,
+        /// Print the tinycode-discovery ClusterRole (bound per discovery namespace) instead.
+        #[arg(long, conflicts_with = "leader_election_namespace")]
+        discovery: bool,
     },
     /// Write the OLM bundle (CSV, CRD, metadata, bundle.Dockerfile) generated from the code.
     Bundle {
@@ -74,7 +77,13 @@ pub struct SettingsArgs {
     /// Registries instance images may come from (comma-separated).
     #[arg(long, env = "TINYCODE_ALLOWED_REGISTRIES", value_delimiter = ',', default_value = "quay.io,ghcr.io")]
     pub allowed_registries: Vec<String>,
-    /// Namespace the operator runs in.
+    /// ClusterRoles instances may bind with spec.clusterAdmin.clusterRole once their
+    /// namespace approves one (comma-separated; admin, cluster-admin and the
+    /// operator's own roles are refused even when listed). The operator also needs
+    /// `bind` on each (src/rbac.rs).
+    #[arg(long, env = "TINYCODE_ALLOWED_CLUSTER_ROLES", value_delimiter = ',', default_value = "view")]
+    pub allowed_cluster_roles: Vec<String>,
+    /// Namespace the operator runs in; Helm release records are kept there.
     #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "tinycode-operator-system")]
     pub operator_namespace: String,
     /// ServiceAccount the operator runs as (named in namespace-preparation messages).
@@ -151,6 +160,12 @@ impl SettingsArgs {
                 .map(|r| r.trim().to_string())
                 .filter(|r| !r.is_empty())
                 .collect(),
+            allowed_cluster_roles: self
+                .allowed_cluster_roles
+                .iter()
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+                .collect(),
             operator_namespace: self.operator_namespace.clone(),
             operator_service_account: self.operator_service_account.clone(),
             required_namespace_label,
@@ -201,8 +216,9 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::OpenshiftCrds => print_yaml(
             &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
         ),
-        Command::Rbac { leader_election_namespace: None } => print_yaml(&[crate::rbac::cluster_role_manifest()]),
-        Command::Rbac { leader_election_namespace: Some(ns) } => {
+        Command::Rbac { discovery: true, .. } => print_yaml(&[crate::rbac::discovery_cluster_role_manifest()]),
+        Command::Rbac { leader_election_namespace: None, .. } => print_yaml(&[crate::rbac::cluster_role_manifest()]),
+        Command::Rbac { leader_election_namespace: Some(ns), .. } => {
             print_yaml(&[crate::rbac::leader_election_role_manifest(&ns)])
         }
         Command::Bundle { out } => crate::bundle::command(&out),
@@ -273,11 +289,33 @@ fn values_cmd(file: &PathBuf, namespace: Option<String>, offline: bool, settings
     };
     let config_json = config::generate(&inst.spec, &served);
     let uid = inst.metadata.uid.clone().unwrap_or_default();
-    let v = values::build(&InstanceRef { name: &name, namespace: &ns, uid: &uid }, &inst.spec, settings, config_json);
+    // Without the cluster nothing is approved: say what would need approval.
+    if let Some(role) = inst.spec.cluster_admin.cluster_role.as_deref() {
+        warnings.push(format!(
+            "ClusterRole {role} is bound only when it is in --allowed-cluster-roles and namespace {ns} carries the label {}={role}",
+            crate::approval::ALLOW_CLUSTER_ROLE_LABEL
+        ));
+    }
+    if inst.spec.discovery.as_ref().is_some_and(|d| d.namespaces.iter().any(|n| *n != ns)) {
+        warnings.push(format!(
+            "other discovery namespaces are searched only when they carry the label {}=true",
+            crate::approval::DISCOVERY_LABEL
+        ));
+    }
+    let v = values::build(
+        &InstanceRef { name: &name, namespace: &ns, uid: &uid },
+        &inst.spec,
+        settings,
+        &values::Approved::default(),
+        config_json,
+    );
+    let generated = inst.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
     let out = json!({
         "release": naming::release_name(&ns, &name),
+        "releaseNamespace": settings.operator_namespace,
         "namespace": ns,
         "scc": tier.scc_name(),
+        "password": {"secret": v.auth.password_secret, "key": "TINYCODE_SERVER_PASSWORD", "generated": generated},
         "values": v,
         "warnings": warnings,
     });

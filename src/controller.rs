@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -35,13 +35,18 @@ use crate::openshift::{Route, SecurityContextConstraints};
 use crate::scc::{ALL_TIERS, SccTier};
 use crate::settings::Settings;
 use crate::status::{self, Desired, Observed};
-use crate::values::{self, InstanceRef, Values, VolumeSource};
-use crate::{FIELD_MANAGER, config, naming, prepare, release, route, scc, validation, vllm};
+use crate::values::{self, Approved, InstanceRef, Values, VolumeSource};
+use crate::{FIELD_MANAGER, approval, config, naming, prepare, release, route, scc, validation, vllm};
 
 /// Annotation on the Deployment holding the digest of the values it was rendered from.
 pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
 /// Label selecting the objects the operator and its chart create.
 pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=tinycode-operator";
+
+/// The key the tinycode server reads its password from.
+const GENERATED_PASSWORD_KEY: &str = "TINYCODE_SERVER_PASSWORD";
+/// Annotation helm puts on every object it manages: the namespace of the release records.
+const HELM_RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
 
 const RESYNC_RUNNING: Duration = Duration::from_secs(300);
 const RESYNC_DEPLOYING: Duration = Duration::from_secs(30);
@@ -203,7 +208,9 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
             let message = err.to_string();
             let generation = inst.metadata.generation;
-            let extra: Vec<Desired> = if err.reason().starts_with("Kubeconfig") {
+            let extra: Vec<Desired> = if err.reason().starts_with("Kubeconfig")
+                || err.reason() == "ClusterRoleNotApproved"
+            {
                 vec![Desired::new(status::CLUSTER_ADMIN_READY, false, err.reason(), message.clone())]
             } else {
                 vec![]
@@ -257,9 +264,28 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         ));
     }
 
-    // 3. Secrets the instance refers to
+    // 3. what a cluster-admin approved: a cluster role, other namespaces for discovery
+    let cluster_role =
+        match approval::cluster_role(&ns, &spec.cluster_admin, &ns_labels, &ctx.settings.allowed_cluster_roles) {
+            Ok(role) => role,
+            Err(message) => {
+                // An approval taken back takes the binding with it, before anything else.
+                delete_ignoring_missing(
+                    &Api::<ClusterRoleBinding>::all(client.clone()),
+                    &naming::cluster_role_binding(&ns, &name),
+                )
+                .await?;
+                return Err(Error::blocked("ClusterRoleNotApproved", message));
+            }
+        };
+    let discovery_namespaces = approved_discovery(ctx, &ns, spec, &mut warnings).await?;
+    let approved = Approved { cluster_role, discovery_namespaces };
+
+    // 4. Secrets the instance refers to
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    if let Some(pw) = &spec.auth.password_secret {
+    if spec.auth.password_secret.as_deref().is_none_or(str::is_empty) {
+        ensure_generated_password(ctx, inst, &name, &ns).await?;
+    } else if let Some(pw) = &spec.auth.password_secret {
         let keys = secret_keys(&secrets, pw).await?;
         match keys {
             None => {
@@ -304,7 +330,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let cluster_admin_condition =
         if spec.cluster_admin.enabled { Some(check_kubeconfig(ctx, inst, &name, &ns).await?) } else { None };
 
-    // 4. SCC grant (RBAC, one RoleBinding per instance and tier)
+    // 5. SCC grant (RBAC, one RoleBinding per instance and tier)
     let owner = owner_reference(inst);
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
     let grant = scc::grant(&name, &ns, tier, owner.clone());
@@ -313,26 +339,31 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
     }
 
-    // 5. vLLM probes (never blocking: failures become conditions), then values (pure)
+    // 6. vLLM probes (never blocking: failures become conditions), then values (pure)
     let targets: Vec<(String, String)> = spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
-    let candidates = discover_vllm(ctx, &ns, spec).await;
+    let candidates = discover_vllm(ctx, &ns, &approved.discovery_namespaces).await;
     let (reports, discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
     let vllm_conditions = vllm::conditions(spec, &reports, &discovered);
     let config_json = config::generate(spec, &vllm::served_by_name(&reports));
     let uid = inst.uid().unwrap_or_default();
-    let values =
-        values::build(&InstanceRef { name: &name, namespace: &ns, uid: &uid }, spec, &ctx.settings, config_json);
+    let values = values::build(
+        &InstanceRef { name: &name, namespace: &ns, uid: &uid },
+        spec,
+        &ctx.settings,
+        &approved,
+        config_json,
+    );
 
-    // 6. helm, only when something changed or drifted
+    // 7. helm, only when something changed or drifted
     let release_name = naming::release_name(&ns, &name);
     let revision = ensure_release(ctx, inst, &release_name, &values).await?;
 
-    // 7. Route
+    // 8. Route
     let routes: Api<Route> = Api::namespaced(client.clone(), &ns);
     let desired_route = route::build(&name, &ns, spec, owner);
     let live_route = routes.patch(&naming::route(&name), &apply_params(), &Patch::Apply(&desired_route)).await?;
 
-    // 8. status from what the cluster reports
+    // 9. status from what the cluster reports
     let deployment = Api::<Deployment>::namespaced(client.clone(), &ns).get_opt(&naming::fullname(&name)).await?;
     let observed = observe(deployment.as_ref(), &live_route, spec.replicas);
     let (phase, url, ready) = status::workload_status(&observed, &warnings);
@@ -363,26 +394,34 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
 }
 
 /// Checks the kubeconfig Secret of cluster-admin mode and, when it lives in
-/// another namespace, keeps a copy in the instance namespace for the pod.
+/// another namespace whose owner shares it with this one, keeps a copy in the
+/// instance namespace for the pod. Without that consent nothing is copied (a
+/// copy made earlier is removed) and the message says nothing about whether
+/// the Secret exists.
 async fn check_kubeconfig(ctx: &Context, inst: &TinycodeInstance, name: &str, ns: &str) -> Result<Desired, Error> {
     let ca = &inst.spec.cluster_admin;
     let secret_name = ca.kubeconfig_secret_name.clone().unwrap_or_default();
     let key = &ca.kubeconfig_secret_key;
-    let source_ns = ca.kubeconfig_namespace.clone().unwrap_or_else(|| ns.to_string());
+    let source_ns = ca.kubeconfig_namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| ns.to_string());
     let source: Api<Secret> = Api::namespaced(ctx.client.clone(), &source_ns);
+    let cross_namespace = source_ns != ns;
     let secret = match source.get_opt(&secret_name).await {
         Ok(s) => s,
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            return Err(Error::blocked(
-                "KubeconfigSecretForbidden",
-                format!(
-                    "the operator may not read Secrets in {source_ns}; a cluster-admin grants it with `oc create rolebinding tinycode-operator-kubeconfig --clusterrole=view --serviceaccount={}:{} -n {source_ns}` plus get on secrets, or moves Secret {secret_name} into {ns}",
-                    ctx.settings.operator_namespace, ctx.settings.operator_service_account
-                ),
-            ));
-        }
+        Err(kube::Error::Api(s)) if s.code == 403 && cross_namespace => None,
         Err(e) => return Err(e.into()),
     };
+    if cross_namespace {
+        let shared =
+            secret.as_ref().is_some_and(|s| approval::kubeconfig_shared(s.metadata.annotations.as_ref(), ns));
+        if !shared {
+            delete_namespaced(&Api::<Secret>::namespaced(ctx.client.clone(), ns), &naming::kubeconfig_copy(name))
+                .await?;
+            return Err(Error::blocked(
+                "KubeconfigNotShared",
+                approval::kubeconfig_not_shared_message(&secret_name, &source_ns, ns),
+            ));
+        }
+    }
     let Some(secret) = secret else {
         return Err(Error::blocked(
             "KubeconfigSecretMissing",
@@ -440,21 +479,42 @@ async fn check_kubeconfig(ctx: &Context, inst: &TinycodeInstance, name: &str, ns
     })
 }
 
+/// Namespaces besides its own whose Services the instance may discover:
+/// those it lists (all, for `*`) that a cluster-admin opened with the
+/// discovery label. Others are skipped with a warning.
+async fn approved_discovery(
+    ctx: &Context,
+    ns: &str,
+    spec: &crate::api::TinycodeInstanceSpec,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<String>, Error> {
+    let requested: Vec<String> = spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()).collect();
+    if requested.iter().all(|n| n == ns) {
+        return Ok(Vec::new());
+    }
+    let selector = format!("{}=true", approval::DISCOVERY_LABEL);
+    let labelled = Api::<Namespace>::all(ctx.client.clone())
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let (approved, skipped) = approval::discovery_namespaces(&requested, ns, &labelled);
+    warnings.extend(skipped);
+    Ok(approved)
+}
+
 /// Services annotated `tinycode.dev/discover=vllm` in the instance namespace
-/// and its discovery namespaces, as (name, base URL). Listing errors only
-/// shorten the list: discovery feeds warnings, never failures.
-async fn discover_vllm(ctx: &Context, ns: &str, spec: &crate::api::TinycodeInstanceSpec) -> Vec<(String, String)> {
+/// and the approved discovery namespaces, as (name, base URL). Listing errors
+/// only shorten the list: discovery feeds warnings, never failures.
+async fn discover_vllm(ctx: &Context, ns: &str, others: &[String]) -> Vec<(String, String)> {
     let mut namespaces = vec![ns.to_string()];
-    namespaces.extend(spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()));
-    namespaces.sort();
-    namespaces.dedup();
-    let apis: Vec<Api<Service>> = if namespaces.iter().any(|n| n == "*") {
-        vec![Api::all(ctx.client.clone())]
-    } else {
-        namespaces.iter().map(|n| Api::namespaced(ctx.client.clone(), n)).collect()
-    };
+    namespaces.extend(others.iter().cloned());
     let mut out = Vec::new();
-    for api in apis {
+    for namespace in namespaces {
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
         let services = match api.list(&ListParams::default()).await {
             Ok(list) => list.items,
             Err(e) => {
@@ -482,8 +542,58 @@ async fn discover_vllm(ctx: &Context, ns: &str, spec: &crate::api::TinycodeInsta
     out
 }
 
+/// Creates `<name>-tinycode-password` once, with a random password, owned by
+/// the instance; an existing one is kept (spec changes never rotate it).
+async fn ensure_generated_password(ctx: &Context, inst: &TinycodeInstance, name: &str, ns: &str) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret_name = naming::generated_password(name);
+    if let Some(existing) = secrets.get_opt(&secret_name).await? {
+        if existing.data.unwrap_or_default().contains_key(GENERATED_PASSWORD_KEY) {
+            return Ok(());
+        }
+        return Err(Error::blocked(
+            "PasswordSecretInvalid",
+            format!(
+                "Secret {secret_name} in {ns} has no key {GENERATED_PASSWORD_KEY}; delete it (`oc delete secret {secret_name} -n {ns}`) and the operator generates a new password"
+            ),
+        ));
+    }
+    let password = crate::secret::random_password(32).map_err(|e| Error::blocked("PasswordGenerationFailed", e))?;
+    let secret = Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(secret_name.clone()),
+            namespace: Some(ns.into()),
+            labels: Some(scc::instance_labels(name, "auth")),
+            owner_references: Some(vec![owner_reference(inst)]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        string_data: Some([(GENERATED_PASSWORD_KEY.to_string(), password)].into()),
+        ..Default::default()
+    };
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    match secrets.create(&params, &secret).await {
+        Ok(_) => {
+            ctx.event(
+                inst,
+                EventType::Normal,
+                "PasswordGenerated",
+                "Reconcile",
+                format!("no spec.auth.passwordSecret: generated a password in Secret {secret_name}, key {GENERATED_PASSWORD_KEY}"),
+            )
+            .await;
+            Ok(())
+        }
+        // Another worker or replica created it first: keep theirs.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Runs `helm upgrade --install` unless the release is deployed with these
 /// values and its objects are intact. Returns the release's current revision.
+/// Release records are read from the operator's namespace only: records in
+/// the instance namespace are the tenant's to forge and are never trusted.
 async fn ensure_release(
     ctx: &Context,
     inst: &TinycodeInstance,
@@ -492,25 +602,31 @@ async fn ensure_release(
 ) -> Result<i64, Error> {
     let ns = &values.instance.namespace;
     let name = &values.instance.name;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let storage_ns = &ctx.settings.operator_namespace;
+    let records_api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
     let metas =
-        secrets.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await?;
+        records_api.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await?;
     let metas: Vec<_> = metas.items.into_iter().map(|m| m.metadata).collect();
     let mut records = release::records(&metas);
 
     // A pending record nobody is working on is left over from an interrupted
     // run (the operator was killed mid-upgrade): drop it so helm can proceed.
-    if !ctx.helm.is_running(ns, release_name) {
+    if !ctx.helm.is_running(storage_ns, release_name) {
         let stale: Vec<_> = records.iter().filter(|r| r.is_pending()).cloned().collect();
         for r in &stale {
             tracing::warn!(release = release_name, revision = r.version, status = %r.status, "removing an interrupted helm operation");
-            delete_ignoring_missing(&secrets, &r.secret_name).await?;
+            delete_ignoring_missing(&records_api, &r.secret_name).await?;
             ctx.event(inst, EventType::Warning, "HelmRecovered", "Helm", format!("revision {} of release {release_name} was left {} by an interrupted run; it was discarded and the release re-applied", r.version, r.status)).await;
         }
         records.retain(|r| !r.is_pending());
     }
 
+    let mut migrate = false;
     let reason = match release::latest(&records) {
+        None if installed_by_legacy_build(ctx, ns, name).await? => {
+            migrate = true;
+            "release of an earlier build moves to the operator namespace".to_string()
+        }
         None => "release not installed".to_string(),
         Some(r) if r.status != "deployed" => format!("release is {}", r.status),
         Some(r) => match drift(ctx, values, r.created).await? {
@@ -519,7 +635,7 @@ async fn ensure_release(
         },
     };
     tracing::info!(release = release_name, reason = %reason, "applying helm release");
-    let applied = ctx.helm.upgrade_install(release_name, ns, values).await?;
+    let applied = ctx.helm.upgrade_install(release_name, storage_ns, values, migrate).await?;
     ctx.event(
         inst,
         EventType::Normal,
@@ -528,7 +644,46 @@ async fn ensure_release(
         format!("release {release_name} revision {} applied ({reason}) for {name}", applied.revision),
     )
     .await;
+    if migrate {
+        finish_migration(ctx, inst, ns, name).await?;
+    }
     Ok(applied.revision)
+}
+
+/// Whether the instance's objects belong to a release an earlier build kept
+/// in the instance namespace (one metadata GET, only when no release exists
+/// in the operator namespace). A tenant who fakes the annotation only makes
+/// the operator adopt objects of its own chart, named for this instance.
+async fn installed_by_legacy_build(ctx: &Context, ns: &str, name: &str) -> Result<bool, Error> {
+    let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns).get_metadata_opt(&naming::fullname(name)).await?;
+    Ok(deployment
+        .and_then(|d| d.metadata.annotations)
+        .and_then(|a| a.get(HELM_RELEASE_NAMESPACE_ANNOTATION).cloned())
+        .is_some_and(|release_ns| release_ns == ns))
+}
+
+/// After the release was re-created in the operator namespace: the old
+/// records go (deleted, never read), and so does the old cluster-wide
+/// discovery binding, which the new release replaces with RoleBindings.
+async fn finish_migration(ctx: &Context, inst: &TinycodeInstance, ns: &str, name: &str) -> Result<(), Error> {
+    let legacy = naming::legacy_release_name(ns, name);
+    Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("owner=helm,name={legacy}")))
+        .await?;
+    let old_binding = format!("{}-discovery", naming::cluster_scoped_prefix(ns, name));
+    delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding).await?;
+    ctx.event(
+        inst,
+        EventType::Normal,
+        "HelmMigrated",
+        "Helm",
+        format!(
+            "release {legacy} of an earlier build now lives in the operator namespace as {}; its old records in {ns} were deleted",
+            naming::release_name(ns, name)
+        ),
+    )
+    .await;
+    Ok(())
 }
 
 /// Why the deployed release no longer matches, if it does not: changed
@@ -600,8 +755,12 @@ where
     Ok(Api::<K>::namespaced(client.clone(), ns).get_metadata_opt(name).await?.map(|m| m.metadata))
 }
 
-/// Delete path: Terminating → helm uninstall → grants and Route removed → PVCs
-/// deleted only when the user said so.
+/// Delete path: Terminating → helm uninstall → grants, Route and copies
+/// removed → PVCs deleted only when the user said so. It always completes:
+/// when the namespace is being deleted or the operator lost its rights there,
+/// namespaced objects are taken as gone (a Warning event names what may be
+/// left), while the release records and the instance's objects outside the
+/// namespace are still removed.
 async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
     let name = inst.name_any();
     let ns = inst.namespace().unwrap_or_default();
@@ -621,35 +780,62 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
         }
     }
 
+    let namespace = Api::<Namespace>::all(client.clone()).get_opt(&ns).await?;
+    let terminating = namespace.as_ref().is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+    let degraded = terminating || check_prepared(ctx, &ns).await.is_err();
+    let mut left: Vec<String> = Vec::new();
+
     let release_name = naming::release_name(&ns, &name);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let installed =
-        match secrets.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await {
-            Ok(list) => !list.items.is_empty(),
-            // Without access to the namespace nothing can have been installed there.
-            Err(kube::Error::Api(s)) if s.code == 403 => false,
-            Err(e) => return Err(e.into()),
-        };
+    let storage_ns = &ctx.settings.operator_namespace;
+    let records_api: Api<Secret> = Api::namespaced(client.clone(), storage_ns);
+    let selector = format!("owner=helm,name={release_name}");
+    let installed = !records_api.list_metadata(&ListParams::default().labels(&selector)).await?.items.is_empty();
     if installed {
-        ctx.helm.uninstall(&release_name, &ns).await?;
+        match ctx.helm.uninstall(&release_name, storage_ns).await {
+            Ok(()) => {}
+            Err(e) if degraded => {
+                tracing::warn!(error = %e, "helm uninstall failed in a namespace the operator cannot manage any more");
+                left.push(format!("the objects of release {release_name}"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        // The records are the operator's own: never leave them behind.
+        records_api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&selector)).await?;
     }
 
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
     for tier in ALL_TIERS {
-        delete_ignoring_missing(&bindings, &naming::scc_grant(&name, tier.as_str())).await?;
+        note_left(delete_namespaced(&bindings, &naming::scc_grant(&name, tier.as_str())).await?, &mut left);
     }
-    delete_ignoring_missing(&Api::<Route>::namespaced(client.clone(), &ns), &naming::route(&name)).await?;
-    delete_ignoring_missing(&Api::<Secret>::namespaced(client.clone(), &ns), &naming::kubeconfig_copy(&name)).await?;
+    let routes = Api::<Route>::namespaced(client.clone(), &ns);
+    note_left(delete_namespaced(&routes, &naming::route(&name)).await?, &mut left);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    note_left(delete_namespaced(&secrets, &naming::kubeconfig_copy(&name)).await?, &mut left);
+    remove_outside_objects(ctx, &ns, &name, &mut left).await?;
 
     let kept = if inst.spec.storage.retain_on_delete {
         "the data volumes were kept (storage.retainOnDelete)"
     } else {
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
         for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), format!("{name}-ollama-models")] {
-            delete_ignoring_missing(&pvcs, &pvc).await?;
+            note_left(delete_namespaced(&pvcs, &pvc).await?, &mut left);
         }
         "the data volumes were deleted (storage.retainOnDelete is false)"
     };
+    if !left.is_empty() {
+        let why = if terminating { "namespace is being deleted" } else { "operator has lost its rights there" };
+        ctx.event(
+            inst,
+            EventType::Warning,
+            "CleanupIncomplete",
+            "Cleanup",
+            format!(
+                "the {why}; these may remain in {ns} until the namespace goes: {}; the release records and cluster-wide bindings were removed",
+                left.join(", ")
+            ),
+        )
+        .await;
+    }
     ctx.event(
         inst,
         EventType::Normal,
@@ -660,6 +846,42 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
     .await;
     ctx.metrics.phase(&instance_key(inst), None);
     Ok(Action::await_change())
+}
+
+/// Objects of the instance outside its namespace, found by their instance
+/// labels: the cluster-role binding and discovery RoleBindings elsewhere.
+async fn remove_outside_objects(ctx: &Context, ns: &str, name: &str, left: &mut Vec<String>) -> Result<(), Error> {
+    let selector = format!("tinycode.dev/instance-namespace={ns},tinycode.dev/instance-name={name}");
+    let lp = ListParams::default().labels(&selector);
+    let crbs: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
+    for crb in crbs.list_metadata(&lp).await?.items {
+        delete_ignoring_missing(&crbs, &crb.name_any()).await?;
+    }
+    delete_ignoring_missing(&crbs, &naming::cluster_role_binding(ns, name)).await?;
+    for rb in Api::<RoleBinding>::all(ctx.client.clone()).list_metadata(&lp).await?.items {
+        let rb_ns = rb.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &rb_ns);
+        note_left(delete_namespaced(&api, &rb.name_any()).await?.map(|o| format!("{o} in {rb_ns}")), left);
+    }
+    Ok(())
+}
+
+/// Deletes a namespaced object; `Some(what)` when the operator may not
+/// (it lost its rights there), `None` when it is gone.
+async fn delete_namespaced<K>(api: &Api<K>, name: &str) -> Result<Option<String>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Some(format!("{} {name}", K::kind(&())))),
+        Err(e) => Err(e),
+    }
+}
+
+fn note_left(what: Option<String>, left: &mut Vec<String>) {
+    left.extend(what);
 }
 
 async fn check_prepared(ctx: &Context, ns: &str) -> Result<(), Error> {

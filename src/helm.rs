@@ -4,6 +4,13 @@
 //!
 //! `--wait` is never used: readiness comes from the Deployment's status, so a
 //! reconcile worker is busy for seconds, not minutes.
+//!
+//! Releases are stored in the operator's own namespace (`--namespace`), never
+//! in the instance namespace: a tenant can write Secrets there, and a forged
+//! release record would make helm delete objects it lists or run hooks it
+//! holds with the operator's rights. Every template names its objects'
+//! namespace itself. `--no-hooks` on every action: the chart has none, so a
+//! hook can only come from a record nobody should trust.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -88,7 +95,17 @@ impl Helm {
         self.running.lock().expect("lock").contains(&format!("{namespace}/{release}"))
     }
 
-    pub async fn upgrade_install(&self, release: &str, namespace: &str, values: &Values) -> Result<Applied, HelmError> {
+    /// `helm upgrade --install` with the release stored in `storage_namespace`.
+    /// `take_ownership` adopts objects a release of an earlier build (stored
+    /// in the instance namespace) created; only used to migrate those.
+    pub async fn upgrade_install(
+        &self,
+        release: &str,
+        storage_namespace: &str,
+        values: &Values,
+        take_ownership: bool,
+    ) -> Result<Applied, HelmError> {
+        let namespace = storage_namespace;
         let mut file = tempfile::Builder::new()
             .prefix("tinycode-values-")
             .suffix(".json")
@@ -98,7 +115,7 @@ impl Helm {
         file.flush().map_err(HelmError::ValuesFile)?;
         let values_path = file.path().to_string_lossy().into_owned();
         let chart = self.chart.to_string_lossy().into_owned();
-        let args = [
+        let mut args = vec![
             "upgrade",
             "--install",
             release,
@@ -109,9 +126,13 @@ impl Helm {
             &values_path,
             "--history-max",
             HISTORY_MAX,
+            "--no-hooks",
             "--output",
             "json",
         ];
+        if take_ownership {
+            args.push("--take-ownership");
+        }
         let stdout = self.run("upgrade", namespace, release, &args).await?;
         drop(file);
         let revision = serde_json::from_slice::<serde_json::Value>(&stdout)
@@ -121,9 +142,12 @@ impl Helm {
         Ok(Applied { revision })
     }
 
-    /// Uninstalls a release; one that does not exist counts as uninstalled.
-    pub async fn uninstall(&self, release: &str, namespace: &str) -> Result<(), HelmError> {
-        match self.run("uninstall", namespace, release, &["uninstall", release, "--namespace", namespace]).await {
+    /// Uninstalls a release stored in `storage_namespace`; one that does not
+    /// exist counts as uninstalled.
+    pub async fn uninstall(&self, release: &str, storage_namespace: &str) -> Result<(), HelmError> {
+        let namespace = storage_namespace;
+        let args = ["uninstall", release, "--namespace", namespace, "--no-hooks"];
+        match self.run("uninstall", namespace, release, &args).await {
             Err(HelmError::Failed { stderr, .. }) if stderr.contains("not found") => Ok(()),
             other => other.map(drop),
         }

@@ -4,6 +4,7 @@
 #![deny(warnings)]
 
 pub mod api;
+pub mod approval;
 pub mod bundle;
 pub mod cli;
 pub mod cluster_admin;
@@ -22,6 +23,7 @@ pub mod rbac;
 pub mod release;
 pub mod route;
 pub mod scc;
+pub mod secret;
 pub mod settings;
 pub mod status;
 pub mod validation;

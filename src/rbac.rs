@@ -33,8 +33,16 @@ fn any() -> Vec<String> {
 fn scc_names() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.scc_name()).collect()
 }
+/// The default `--allowed-cluster-roles`: the operator may bind exactly
+/// these for instances. A cluster-admin who allows more adds them here too
+/// (and regenerates), or grants `bind` on them in a ClusterRole of their own.
+pub const DEFAULT_ALLOWED_CLUSTER_ROLES: &[&str] = &["view"];
+
 fn agent_roles() -> Vec<String> {
-    vec!["view".into(), "edit".into()]
+    DEFAULT_ALLOWED_CLUSTER_ROLES.iter().map(|r| r.to_string()).collect()
+}
+fn discovery_role() -> Vec<String> {
+    vec![crate::approval::DISCOVERY_CLUSTER_ROLE.into()]
 }
 fn scc_use_roles() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.use_cluster_role()).collect()
@@ -66,9 +74,9 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resources: &["namespaces"],
-        verbs: &["get"],
+        verbs: &["get", "list"],
         names: any,
-        why: "read namespace opt-in and SCC approval labels",
+        why: "read namespace opt-in and approval labels; find namespaces opened to vLLM discovery",
     },
     Permission {
         group: "",
@@ -114,10 +122,10 @@ pub const PERMISSIONS: &[Permission] = &[
     },
     Permission {
         group: "rbac.authorization.k8s.io",
-        resources: &["clusterroles", "clusterrolebindings"],
-        verbs: &["get", "list", "watch", "create", "update", "patch", "delete"],
+        resources: &["clusterrolebindings"],
+        verbs: &["get", "list", "create", "update", "patch", "delete"],
         names: any,
-        why: "helm manages the per-instance cross-namespace discovery ClusterRole and its binding",
+        why: "helm binds an approved spec.clusterAdmin.clusterRole; cleanup finds bindings by instance label (no ClusterRole is ever written)",
     },
     Permission {
         group: "rbac.authorization.k8s.io",
@@ -131,7 +139,14 @@ pub const PERMISSIONS: &[Permission] = &[
         resources: &["clusterroles"],
         verbs: &["bind"],
         names: agent_roles,
-        why: "helm binds a cluster-admin-mode instance's ServiceAccount to spec.clusterAdmin.clusterRole (view or edit; a tinycode-* role must be added here by the cluster-admin)",
+        why: "helm binds an approved spec.clusterAdmin.clusterRole (exactly the default --allowed-cluster-roles)",
+    },
+    Permission {
+        group: "rbac.authorization.k8s.io",
+        resources: &["clusterroles"],
+        verbs: &["bind"],
+        names: discovery_role,
+        why: "helm binds tinycode-discovery in namespaces opened to vLLM discovery",
     },
     Permission {
         group: "security.openshift.io",
@@ -159,14 +174,51 @@ pub const PERMISSIONS: &[Permission] = &[
 /// Name of the Role (in the operator namespace) for the leader lease.
 pub const LEADER_ELECTION_ROLE: &str = "tinycode-operator-leader-election";
 
-/// Calls the operator makes in its own namespace only: the leader Lease.
-pub const LEADER_ELECTION_PERMISSIONS: &[Permission] = &[Permission {
-    group: "coordination.k8s.io",
-    resources: &["leases"],
-    verbs: &["get", "create", "update"],
+/// Calls the operator makes in its own namespace only: the leader Lease and
+/// the Helm release records (kept here, out of tenants' reach).
+pub const LEADER_ELECTION_PERMISSIONS: &[Permission] = &[
+    Permission {
+        group: "coordination.k8s.io",
+        resources: &["leases"],
+        verbs: &["get", "create", "update"],
+        names: any,
+        why: "hold the leader Lease so only one replica reconciles",
+    },
+    Permission {
+        group: "",
+        resources: &["secrets"],
+        verbs: &["get", "list", "create", "update", "patch", "delete", "deletecollection"],
+        names: any,
+        why: "helm stores each instance's release records here; stale records are cleaned up",
+    },
+];
+
+/// What an instance's ServiceAccount may do in a namespace opened to discovery.
+pub const DISCOVERY_PERMISSIONS: &[Permission] = &[Permission {
+    group: "",
+    resources: &["services"],
+    verbs: &["get", "list", "watch"],
     names: any,
-    why: "hold the leader Lease so only one replica reconciles",
+    why: "find vLLM Services annotated tinycode.dev/discover=vllm",
 }];
+
+/// The `tinycode-discovery` ClusterRole, installed once with the operator and
+/// bound per namespace with RoleBindings, so the operator never writes ClusterRoles.
+pub fn discovery_cluster_role_manifest() -> serde_json::Value {
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(crate::approval::DISCOVERY_CLUSTER_ROLE.into()),
+            labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "tinycode-operator".into())])),
+            ..Default::default()
+        },
+        rules: Some(rules(DISCOVERY_PERMISSIONS)),
+        ..Default::default()
+    };
+    let mut v = serde_json::to_value(role).expect("role serialises");
+    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+    v["kind"] = "ClusterRole".into();
+    v
+}
 
 fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
     permissions
@@ -248,12 +300,37 @@ mod tests {
     }
 
     #[test]
-    fn bind_is_limited_to_the_scc_use_roles() {
+    fn bind_is_limited_to_named_roles() {
         let role = cluster_role();
-        let bind = role.rules.unwrap().into_iter().find(|r| r.verbs.contains(&"bind".to_string())).unwrap();
+        let mut bindable: Vec<String> = role
+            .rules
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.verbs.contains(&"bind".to_string()))
+            .flat_map(|r| r.resource_names.expect("bind always names its roles"))
+            .collect();
+        bindable.sort();
         assert_eq!(
-            bind.resource_names.unwrap(),
-            vec!["tinycode-scc-restricted", "tinycode-scc-hostpath", "tinycode-scc-shell"]
+            bindable,
+            vec!["tinycode-discovery", "tinycode-scc-hostpath", "tinycode-scc-restricted", "tinycode-scc-shell", "view"]
         );
+    }
+
+    /// The operator's power must not grow into writing ClusterRoles (it could
+    /// then grant itself anything) or escalating.
+    #[test]
+    fn no_cluster_role_writes_no_escalate_no_secrets_cluster_wide() {
+        for rule in cluster_role().rules.unwrap() {
+            let resources = rule.resources.unwrap();
+            let verbs = rule.verbs;
+            if resources.contains(&"clusterroles".to_string()) {
+                assert_eq!(verbs, vec!["bind"], "clusterroles: bind only, by name");
+                assert!(rule.resource_names.is_some());
+            }
+            assert!(!verbs.contains(&"escalate".to_string()) && !verbs.contains(&"impersonate".to_string()));
+            assert!(!resources.contains(&"secrets".to_string()), "no cluster-wide Secret access: {verbs:?}");
+        }
+        let ns_rules = leader_election_role("ops").rules.unwrap();
+        assert!(ns_rules.iter().any(|r| r.resources.as_ref().unwrap().contains(&"secrets".to_string())));
     }
 }

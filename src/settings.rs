@@ -8,7 +8,10 @@ use std::time::Duration;
 pub struct Settings {
     /// Registries an instance image may come from.
     pub allowed_registries: Vec<String>,
-    /// Namespace the operator runs in (refused for instances).
+    /// ClusterRoles an instance may bind once its namespace approves one.
+    pub allowed_cluster_roles: Vec<String>,
+    /// Namespace the operator runs in (refused for instances); Helm keeps the
+    /// release records here, where tenants cannot write.
     pub operator_namespace: String,
     /// ServiceAccount the operator runs as (named in the preparation commands).
     pub operator_service_account: String,
@@ -28,6 +31,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             allowed_registries: vec!["quay.io".into(), "ghcr.io".into()],
+            allowed_cluster_roles: vec!["view".into()],
             operator_namespace: "tinycode-operator-system".into(),
             operator_service_account: "tinycode-operator-manager".into(),
             required_namespace_label: None,

@@ -174,15 +174,21 @@ pub fn validate(
             "is required when spec.clusterAdmin.enabled is true: name the Secret that holds the kubeconfig".into(),
         );
     }
-    if let Some(role) = &ca.cluster_role
-        && !cluster_role_allowed(role)
-    {
-        err(
-            "spec.clusterAdmin.clusterRole",
-            format!(
-                "{role:?} is not allowed: use view, edit or a tinycode-* ClusterRole; admin and cluster-admin are never allowed"
-            ),
-        );
+    if let Some(role) = &ca.cluster_role {
+        if !ca.enabled {
+            err(
+                "spec.clusterAdmin.clusterRole",
+                "is bound only in cluster-admin mode: set spec.clusterAdmin.enabled to true or remove clusterRole"
+                    .into(),
+            );
+        } else if crate::approval::reserved_cluster_role(role) {
+            err(
+                "spec.clusterAdmin.clusterRole",
+                format!(
+                    "{role:?} is never bound: admin, cluster-admin, system:*, the operator's own roles and the SCC use roles are reserved; use a role a cluster-admin approved for this namespace (default: view)"
+                ),
+            );
+        }
     }
 
     if let Some(providers) = &spec.vllm {
@@ -256,13 +262,7 @@ pub fn validate(
         return Err(InvalidSpec(errs));
     }
 
-    let mut warnings = Vec::new();
-    if spec.auth.password_secret.is_none() {
-        warnings.push(
-            "spec.auth.passwordSecret is unset, so the instance is reachable without a password: create a Secret with key TINYCODE_SERVER_PASSWORD and set spec.auth.passwordSecret".to_string(),
-        );
-    }
-    Ok(warnings)
+    Ok(Vec::new())
 }
 
 fn check_image(image: &str, settings: &Settings, err: &mut impl FnMut(&str, String)) {
@@ -288,11 +288,6 @@ fn check_image(image: &str, settings: &Settings, err: &mut impl FnMut(&str, Stri
             ),
         );
     }
-}
-
-/// ClusterRoles an instance may bind its ServiceAccount to.
-pub fn cluster_role_allowed(role: &str) -> bool {
-    role == "view" || role == "edit" || role.starts_with("tinycode-")
 }
 
 /// Why a namespace may not hold instances, if it may not.
@@ -364,11 +359,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_valid_and_warn_about_missing_password() {
+    fn defaults_are_valid() {
         let w =
             validate("my-tinycode", "tinycode-dev", &TinycodeInstanceSpec::default(), &Settings::default()).unwrap();
-        assert_eq!(w.len(), 1);
-        assert!(w[0].contains("spec.auth.passwordSecret"));
+        assert!(w.is_empty(), "no password is not a warning any more: one is generated");
         let s = spec(serde_json::json!({"auth": {"passwordSecret": "pw"}}));
         assert!(validate("a", "team", &s, &Settings::default()).unwrap().is_empty());
     }
@@ -451,8 +445,16 @@ mod tests {
     }
 
     #[test]
-    fn cluster_role_allow_list() {
-        for bad in ["admin", "cluster-admin", "system:aggregate-to-admin"] {
+    fn reserved_cluster_roles_are_refused() {
+        for bad in [
+            "admin",
+            "cluster-admin",
+            "system:aggregate-to-admin",
+            "tinycode-operator-manager",
+            "tinycode-scc-shell",
+            "tinycode-scc-hostpath",
+            "tinycode-discovery",
+        ] {
             let s = spec(
                 serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": bad}}),
             );
@@ -466,6 +468,8 @@ mod tests {
         }
         let s = spec(serde_json::json!({"clusterAdmin": {"enabled": true}}));
         assert_eq!(fields(&s), vec!["spec.clusterAdmin.kubeconfigSecretName"]);
+        let s = spec(serde_json::json!({"clusterAdmin": {"enabled": false, "clusterRole": "view"}}));
+        assert_eq!(fields(&s), vec!["spec.clusterAdmin.clusterRole"], "a role without cluster-admin mode");
     }
 
     #[test]

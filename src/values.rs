@@ -121,6 +121,8 @@ pub struct OllamaValues {
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthValues {
+    /// Secret with key TINYCODE_SERVER_PASSWORD: the spec's, or the generated `<name>-tinycode-password`.
+    #[schemars(length(min = 1))]
     pub password_secret: String,
 }
 
@@ -139,6 +141,7 @@ pub struct ClusterAdminValues {
     pub kubeconfig_secret_key: String,
     pub oc_version: String,
     pub kubeconfig_namespace: String,
+    /// The approved ClusterRole bound cluster-wide ("" = none); only then does the pod mount its token.
     pub cluster_role: String,
     /// Secret mounted in the instance namespace (a copy when kubeconfigNamespace is set).
     pub mount_secret_name: String,
@@ -155,6 +158,7 @@ pub struct VllmValues {
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DiscoveryValues {
+    /// Other namespaces (approved by their label) where the ServiceAccount may list Services.
     pub namespaces: Vec<String>,
 }
 
@@ -193,11 +197,22 @@ pub struct InstanceRef<'a> {
     pub uid: &'a str,
 }
 
+/// What the cluster approved for an instance (see [`crate::approval`]); the
+/// spec alone never grants any of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Approved {
+    /// The ClusterRole to bind (approved by the namespace label and the allow-list).
+    pub cluster_role: Option<String>,
+    /// Other namespaces that opened their Services to discovery.
+    pub discovery_namespaces: Vec<String>,
+}
+
 /// Maps a (validated) spec to chart values; `config_json` is the generated config, if any.
 pub fn build(
     inst: &InstanceRef<'_>,
     spec: &TinycodeInstanceSpec,
     settings: &Settings,
+    approved: &Approved,
     config_json: Option<String>,
 ) -> Values {
     let host_path = spec.storage.host_path.as_ref();
@@ -258,7 +273,15 @@ pub fn build(
             image: settings.ollama_image.clone(),
             models_size: settings.ollama_models_size.clone(),
         },
-        auth: AuthValues { password_secret: spec.auth.password_secret.clone().unwrap_or_default() },
+        // No password named: the operator generates one, never an open instance.
+        auth: AuthValues {
+            password_secret: spec
+                .auth
+                .password_secret
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| naming::generated_password(inst.name)),
+        },
         shell: ShellValues {
             enabled: spec.shell.enabled,
             allowed_commands: spec.shell.allowed_commands.clone().unwrap_or_default(),
@@ -272,7 +295,7 @@ pub fn build(
             kubeconfig_secret_key: ca.kubeconfig_secret_key.clone(),
             oc_version: ca.oc_version.clone(),
             kubeconfig_namespace: kubeconfig_ns,
-            cluster_role: ca.cluster_role.clone().unwrap_or_default(),
+            cluster_role: approved.cluster_role.clone().unwrap_or_default(),
             mount_secret_name,
         },
         vllm: spec
@@ -285,9 +308,7 @@ pub fn build(
                 models: p.models.clone().unwrap_or_default(),
             })
             .collect(),
-        discovery: DiscoveryValues {
-            namespaces: spec.discovery.as_ref().map(|d| d.namespaces.clone()).unwrap_or_default(),
-        },
+        discovery: DiscoveryValues { namespaces: approved.discovery_namespaces.clone() },
         git: GitValues {
             url: spec.git.as_ref().map(|g| g.url.clone()).unwrap_or_default(),
             branch: spec.git.as_ref().and_then(|g| g.branch.clone()).unwrap_or_default(),
@@ -328,7 +349,7 @@ mod tests {
     const INST: InstanceRef<'static> = InstanceRef { name: "dev", namespace: "team", uid: "uid-1" };
 
     fn values(json: serde_json::Value) -> Values {
-        build(&INST, &serde_json::from_value(json).unwrap(), &Settings::default(), None)
+        build(&INST, &serde_json::from_value(json).unwrap(), &Settings::default(), &Approved::default(), None)
     }
 
     #[test]
@@ -380,7 +401,7 @@ mod tests {
         }
         assert_eq!(v["storage"]["projectsAccessMode"], "ReadWriteOnce");
         assert_eq!(v["storage"]["hostPath"]["path"], "");
-        assert_eq!(v["auth"]["passwordSecret"], "");
+        assert_eq!(v["auth"]["passwordSecret"], "dev-tinycode-password", "no password named: the generated one");
         assert_eq!(v["scc"]["tier"], "restricted");
     }
 
@@ -410,6 +431,20 @@ mod tests {
     }
 
     #[test]
+    fn only_approved_roles_and_namespaces_reach_the_chart() {
+        let spec = serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"},
+                                      "discovery": {"namespaces": ["models", "other", "*"]}});
+        let v = values(spec.clone());
+        assert_eq!((v.cluster_admin.cluster_role.as_str(), v.discovery.namespaces.len()), ("", 0));
+        let approved = Approved { cluster_role: Some("view".into()), discovery_namespaces: vec!["models".into()] };
+        let v = build(&INST, &serde_json::from_value(spec).unwrap(), &Settings::default(), &approved, None);
+        assert_eq!(v.cluster_admin.cluster_role, "view");
+        assert_eq!(v.discovery.namespaces, vec!["models"]);
+        let v = values(serde_json::json!({"auth": {"passwordSecret": "mine"}}));
+        assert_eq!(v.auth.password_secret, "mine");
+    }
+
+    #[test]
     fn hash_changes_with_values_and_ignores_itself() {
         let a = values(serde_json::json!({}));
         let b = values(serde_json::json!({}));
@@ -417,9 +452,21 @@ mod tests {
         assert_eq!(a.values_hash, hash(&a));
         let c = values(serde_json::json!({"replicas": 2, "storage": {"projectsAccessMode": "ReadWriteMany"}}));
         assert_ne!(a.values_hash, c.values_hash);
-        let d = build(&InstanceRef { uid: "uid-2", ..INST }, &Default::default(), &Settings::default(), None);
+        let d = build(
+            &InstanceRef { uid: "uid-2", ..INST },
+            &Default::default(),
+            &Settings::default(),
+            &Approved::default(),
+            None,
+        );
         assert_ne!(a.values_hash, d.values_hash, "a re-created instance (new uid) must re-apply");
-        let e = build(&INST, &Default::default(), &Settings::default(), Some("{\"model\":\"m\"}".into()));
+        let e = build(
+            &INST,
+            &Default::default(),
+            &Settings::default(),
+            &Approved::default(),
+            Some("{\"model\":\"m\"}".into()),
+        );
         assert_ne!(a.values_hash, e.values_hash);
         assert_eq!(e.config.checksum, sha256_hex(b"{\"model\":\"m\"}"));
     }

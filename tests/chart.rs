@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstanceSpec;
 use tinycode_operator::settings::Settings;
-use tinycode_operator::values::{self, InstanceRef, Values};
+use tinycode_operator::values::{self, Approved, InstanceRef, Values};
 use tinycode_operator::{config, naming};
 
 fn root() -> PathBuf {
@@ -34,9 +34,14 @@ fn helm() -> &'static PathBuf {
 }
 
 fn values_for(spec: Value) -> Values {
+    values_approved(spec, &Approved::default())
+}
+
+fn values_approved(spec: Value, approved: &Approved) -> Values {
     let spec: TinycodeInstanceSpec = serde_json::from_value(spec).expect("spec");
     let cfg = config::generate(&spec, &Default::default());
-    values::build(&InstanceRef { name: "dev", namespace: "team", uid: "uid-123" }, &spec, &Settings::default(), cfg)
+    let inst = InstanceRef { name: "dev", namespace: "team", uid: "uid-123" };
+    values::build(&inst, &spec, &Settings::default(), approved, cfg)
 }
 
 fn helm_cmd(args: &[&str], values: &Values) -> std::process::Output {
@@ -56,9 +61,15 @@ fn helm_cmd(args: &[&str], values: &Values) -> std::process::Output {
 
 /// Renders the chart with the operator's values for `spec`.
 fn render(spec: Value) -> (Values, Vec<Value>) {
-    let v = values_for(spec);
+    render_approved(spec, &Approved::default())
+}
+
+/// Renders as the operator runs helm: the release (its records) in the
+/// operator's namespace, every object in the instance namespace by name.
+fn render_approved(spec: Value, approved: &Approved) -> (Values, Vec<Value>) {
+    let v = values_approved(spec, approved);
     let release = naming::release_name("team", "dev");
-    let out = helm_cmd(&["template", &release, "--namespace", "team"], &v);
+    let out = helm_cmd(&["template", &release, "--namespace", "tinycode-operator-system"], &v);
     assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let docs = serde_yaml::Deserializer::from_str(&text)
@@ -177,6 +188,23 @@ fn basic_instance_objects() {
     let np = find(&docs, "NetworkPolicy", "dev-tinycode");
     assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 1);
     assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": 4096, "protocol": "TCP"}]));
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"policy-group.network.openshift.io/ingress": ""}}}, {"podSelector": {}}]),
+        "only the router's namespaces and the instance's own namespace reach the UI"
+    );
+    assert_eq!(dep["spec"]["template"]["spec"]["automountServiceAccountToken"], false, "no cluster role: no token");
+}
+
+#[test]
+fn no_password_named_means_the_generated_secret() {
+    let (_, docs) = render(json!({}));
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    let c = container(dep, "tinycode");
+    assert_eq!(
+        env_of(c, "TINYCODE_SERVER_PASSWORD").unwrap()["valueFrom"]["secretKeyRef"],
+        json!({"name": "dev-tinycode-password", "key": "TINYCODE_SERVER_PASSWORD"})
+    );
 }
 
 #[test]
@@ -240,11 +268,41 @@ fn generated_config_reaches_the_pod_through_one_config_map() {
         json!({"name": "dev-tinycode-config", "key": "config.json"})
     );
     assert_eq!(dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"], v.config.checksum);
-    assert_eq!(env_of(c, "TINYCODE_DISCOVERY_NAMESPACES").unwrap()["value"], "models,ai");
-    let cr = find(&docs, "ClusterRole", "tinycode:team:dev-discovery");
-    assert!(cr["metadata"]["ownerReferences"].is_null());
-    let crb = find(&docs, "ClusterRoleBinding", "tinycode:team:dev-discovery");
+    assert!(env_of(c, "TINYCODE_DISCOVERY_NAMESPACES").is_none(), "no namespace approved discovery");
+    assert!(!kinds(&docs).iter().any(|k| k.starts_with("Cluster")), "{:?}", kinds(&docs));
+    assert!(docs.iter().all(|d| d["metadata"]["namespace"] == "team"), "nothing outside the instance namespace");
+}
+
+#[test]
+fn discovery_binds_the_shared_role_only_in_approved_namespaces() {
+    let approved = Approved { discovery_namespaces: vec!["models".into()], ..Default::default() };
+    let (_, docs) = render_approved(json!({"discovery": {"namespaces": ["models", "ai"]}}), &approved);
+    let rb: Vec<&Value> = docs.iter().filter(|d| d["metadata"]["name"] == "tinycode:team:dev-discovery").collect();
+    assert_eq!(rb.len(), 1, "one RoleBinding, in the approved namespace only");
+    assert_eq!((rb[0]["kind"].as_str(), rb[0]["metadata"]["namespace"].as_str()), (Some("RoleBinding"), Some("models")));
+    assert_eq!(rb[0]["roleRef"], json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tinycode-discovery"}));
+    assert_eq!(rb[0]["subjects"][0], json!({"kind": "ServiceAccount", "name": "dev-tinycode", "namespace": "team"}));
+    assert_eq!(rb[0]["metadata"]["labels"]["tinycode.dev/instance-namespace"], "team");
+    let c = container(find(&docs, "Deployment", "dev-tinycode"), "tinycode");
+    assert_eq!(env_of(c, "TINYCODE_DISCOVERY_NAMESPACES").unwrap()["value"], "models");
+    assert!(!kinds(&docs).iter().any(|k| k.starts_with("Cluster")), "no cluster-scoped object for discovery");
+}
+
+#[test]
+fn a_cluster_role_is_bound_and_the_token_mounted_only_when_approved() {
+    let spec = json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"}});
+    let (_, docs) = render(spec.clone());
+    assert!(!kinds(&docs).iter().any(|k| k.starts_with("ClusterRoleBinding")), "not approved: not bound");
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(dep["spec"]["template"]["spec"]["automountServiceAccountToken"], false);
+    let approved = Approved { cluster_role: Some("view".into()), ..Default::default() };
+    let (_, docs) = render_approved(spec, &approved);
+    let crb = find(&docs, "ClusterRoleBinding", "tinycode:team:dev-cluster-role");
+    assert_eq!(crb["roleRef"]["name"], "view");
     assert_eq!(crb["subjects"][0], json!({"kind": "ServiceAccount", "name": "dev-tinycode", "namespace": "team"}));
+    assert_eq!(crb["metadata"]["labels"]["tinycode.dev/instance-name"], "dev");
+    let dep = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(dep["spec"]["template"]["spec"]["automountServiceAccountToken"], true);
 }
 
 #[test]

@@ -29,6 +29,12 @@ fn operator_cluster_role_matches_the_declared_calls() {
 }
 
 #[test]
+fn operator_namespace_role_and_discovery_role_match_the_declarations() {
+    check(&["rbac", "--leader-election-namespace", "tinycode-operator-system"], "config/rbac/leader_election_role.yaml");
+    check(&["rbac", "--discovery"], "config/rbac/discovery_role.yaml");
+}
+
+#[test]
 fn sccs_match_the_tier_definitions() {
     check(&["scc"], "config/scc/sccs.yaml");
 }
@@ -45,7 +51,8 @@ fn samples_pass_the_operator_validation() {
             .unwrap();
         assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert!(v["release"].as_str().unwrap().starts_with("tinycode-tinycode-dev-"));
+        assert!(v["release"].as_str().unwrap().starts_with("tinycode.tinycode-dev."));
+        assert_eq!(v["releaseNamespace"], "tinycode-operator-system", "records never in the instance namespace");
         assert!(v["values"]["valuesHash"].as_str().unwrap().len() == 64);
     }
 }

@@ -14,9 +14,22 @@ from the release name: the operator and its Route refer to them by these names.
 {{- $name -}}
 {{- end -}}
 
-{{/* Namespace of every namespaced object: the instance namespace (the release namespace). */}}
+{{/*
+Namespace of every namespaced object: the instance namespace. The release
+itself (its records) lives in the operator's namespace, so this is never
+.Release.Namespace and every object states it explicitly.
+*/}}
 {{- define "tinycode.namespace" -}}
-{{- default .Release.Namespace .Values.instance.namespace -}}
+{{- required "instance.namespace is required" .Values.instance.namespace -}}
+{{- end -}}
+
+{{/*
+Labels that find an instance's objects outside its namespace (cluster-scoped
+bindings, discovery RoleBindings), for cleanup when the namespace is gone.
+*/}}
+{{- define "tinycode.instanceLabels" -}}
+tinycode.dev/instance-namespace: {{ include "tinycode.namespace" . | quote }}
+tinycode.dev/instance-name: {{ include "tinycode.instanceName" . | quote }}
 {{- end -}}
 
 {{/* <name>-tinycode: ServiceAccount, Deployment, Service, NetworkPolicy. */}}

@@ -1,0 +1,178 @@
+//! Approvals recorded on the cluster by someone other than the tenant, and
+//! the pure decisions made from them (tenancy model, SPEC §11).
+//!
+//! A tenant can write anything in their own namespace, so no approval may
+//! live there: cluster roles and discovery are approved by namespace labels
+//! (only a cluster-admin can label a namespace), a kubeconfig copy by an
+//! annotation on the source Secret in the owner's namespace.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::api::ClusterAdmin;
+
+/// Namespace label naming the one ClusterRole instances there may bind.
+pub const ALLOW_CLUSTER_ROLE_LABEL: &str = "tinycode.dev/allow-cluster-role";
+/// Annotation on a kubeconfig Secret listing the namespaces it may be copied to.
+pub const KUBECONFIG_SHARE_ANNOTATION: &str = "tinycode.dev/kubeconfig-share-with";
+/// Namespace label (`true`) that lets instances of other namespaces discover its vLLM Services.
+pub const DISCOVERY_LABEL: &str = "tinycode.dev/vllm-discovery";
+/// The ClusterRole (installed with the operator) that discovery RoleBindings refer to.
+pub const DISCOVERY_CLUSTER_ROLE: &str = "tinycode-discovery";
+
+/// Roles no instance ever gets, whatever the allow-list says: they are
+/// cluster-admin powers, the operator's own, or the keys to the SCC tiers.
+pub fn reserved_cluster_role(role: &str) -> bool {
+    matches!(role, "admin" | "cluster-admin" | DISCOVERY_CLUSTER_ROLE)
+        || role.starts_with("system:")
+        || role.starts_with("tinycode-operator")
+        || role.starts_with("tinycode-scc-")
+}
+
+/// The ClusterRole to bind for an instance, `None` when it asks for none, or
+/// why it may not have it (with the command that approves it).
+pub fn cluster_role(
+    namespace: &str,
+    spec: &ClusterAdmin,
+    namespace_labels: &BTreeMap<String, String>,
+    allowed: &[String],
+) -> Result<Option<String>, String> {
+    let Some(role) = spec.cluster_role.as_deref().filter(|r| !r.is_empty()) else { return Ok(None) };
+    if !spec.enabled {
+        return Err(format!(
+            "spec.clusterAdmin.clusterRole {role} is bound only in cluster-admin mode; set spec.clusterAdmin.enabled to true or remove clusterRole"
+        ));
+    }
+    if reserved_cluster_role(role) {
+        return Err(format!(
+            "ClusterRole {role} is never bound to an instance (admin, cluster-admin, system:*, the operator's own and the SCC use roles are reserved); use a role such as view"
+        ));
+    }
+    if !allowed.iter().any(|a| a == role) {
+        return Err(format!(
+            "ClusterRole {role} is not in the operator's allow-list ({}); a cluster-admin adds it to --allowed-cluster-roles (TINYCODE_ALLOWED_CLUSTER_ROLES) and to the operator's bind rule, then approves it here with `oc label namespace {namespace} {ALLOW_CLUSTER_ROLE_LABEL}={role} --overwrite`",
+            if allowed.is_empty() { "empty".to_string() } else { allowed.join(", ") }
+        ));
+    }
+    if namespace_labels.get(ALLOW_CLUSTER_ROLE_LABEL).map(String::as_str) != Some(role) {
+        return Err(format!(
+            "ClusterRole {role} is not approved for namespace {namespace}; a cluster-admin approves it with `oc label namespace {namespace} {ALLOW_CLUSTER_ROLE_LABEL}={role} --overwrite`"
+        ));
+    }
+    Ok(Some(role.to_string()))
+}
+
+/// Whether a Secret's owner shares it with `namespace` (exact names, comma-separated).
+pub fn kubeconfig_shared(annotations: Option<&BTreeMap<String, String>>, namespace: &str) -> bool {
+    annotations
+        .and_then(|a| a.get(KUBECONFIG_SHARE_ANNOTATION))
+        .is_some_and(|v| v.split(',').map(str::trim).any(|n| n == namespace))
+}
+
+/// The one message for a kubeconfig that may not be copied, the same whether
+/// the Secret is missing, unreadable or simply not shared, so a tenant learns
+/// nothing about other namespaces from it.
+pub fn kubeconfig_not_shared_message(secret: &str, source_ns: &str, namespace: &str) -> String {
+    format!(
+        "Secret {secret} in namespace {source_ns} is not shared with namespace {namespace}; its owner shares it with `oc annotate secret {secret} -n {source_ns} {KUBECONFIG_SHARE_ANNOTATION}={namespace}` (a comma-separated list of namespaces), or create the Secret in {namespace}"
+    )
+}
+
+/// Namespaces (other than the instance's own) whose Services an instance may
+/// discover: those it lists (or all, for `*`) that carry the discovery label.
+/// Listed namespaces without it are left out with a warning.
+pub fn discovery_namespaces(
+    requested: &[String],
+    own: &str,
+    labelled: &BTreeSet<String>,
+) -> (Vec<String>, Vec<String>) {
+    let mut approved = BTreeSet::new();
+    let mut warnings = Vec::new();
+    for ns in requested {
+        if ns == own {
+            continue;
+        }
+        if ns == "*" {
+            approved.extend(labelled.iter().filter(|n| n.as_str() != own).cloned());
+        } else if labelled.contains(ns) {
+            approved.insert(ns.clone());
+        } else {
+            warnings.push(format!(
+                "discovery namespace {ns} is not searched: it does not carry the label {DISCOVERY_LABEL}=true; a cluster-admin opens it with `oc label namespace {ns} {DISCOVERY_LABEL}=true`"
+            ));
+        }
+    }
+    (approved.into_iter().collect(), warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca(enabled: bool, role: Option<&str>) -> ClusterAdmin {
+        ClusterAdmin { enabled, cluster_role: role.map(Into::into), ..Default::default() }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_cluster_role_needs_mode_allow_list_and_namespace_label() {
+        let allowed = vec!["view".to_string()];
+        let approved = labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "view")]);
+        assert_eq!(cluster_role("team", &ca(true, None), &approved, &allowed), Ok(None));
+        assert_eq!(cluster_role("team", &ca(true, Some("view")), &approved, &allowed), Ok(Some("view".into())));
+        let e = cluster_role("team", &ca(false, Some("view")), &approved, &allowed).unwrap_err();
+        assert!(e.contains("spec.clusterAdmin.enabled"), "{e}");
+        let e = cluster_role("team", &ca(true, Some("view")), &labels(&[]), &allowed).unwrap_err();
+        assert!(e.contains("`oc label namespace team tinycode.dev/allow-cluster-role=view --overwrite`"), "{e}");
+        let e = cluster_role("team", &ca(true, Some("edit")), &labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "edit")]), &allowed)
+            .unwrap_err();
+        assert!(e.contains("not in the operator's allow-list (view)"), "{e}");
+        let e = cluster_role("team", &ca(true, Some("view")), &labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "edit")]), &allowed)
+            .unwrap_err();
+        assert!(e.contains("not approved"), "a label for another role approves nothing: {e}");
+    }
+
+    #[test]
+    fn reserved_roles_are_refused_even_when_listed_and_labelled() {
+        for role in [
+            "admin",
+            "cluster-admin",
+            "system:controller:foo",
+            "tinycode-operator-manager",
+            "tinycode-scc-shell",
+            "tinycode-scc-hostpath",
+            "tinycode-discovery",
+        ] {
+            assert!(reserved_cluster_role(role), "{role}");
+            let allowed = vec![role.to_string()];
+            let l = labels(&[(ALLOW_CLUSTER_ROLE_LABEL, role)]);
+            assert!(cluster_role("team", &ca(true, Some(role)), &l, &allowed).is_err(), "{role}");
+        }
+        assert!(!reserved_cluster_role("view") && !reserved_cluster_role("tinycode-readonly"));
+    }
+
+    #[test]
+    fn kubeconfig_share_names_exact_namespaces() {
+        let a = labels(&[(KUBECONFIG_SHARE_ANNOTATION, "team-a, team-b")]);
+        assert!(kubeconfig_shared(Some(&a), "team-a"));
+        assert!(kubeconfig_shared(Some(&a), "team-b"));
+        assert!(!kubeconfig_shared(Some(&a), "team"), "no prefix matches");
+        assert!(!kubeconfig_shared(Some(&labels(&[(KUBECONFIG_SHARE_ANNOTATION, "*")])), "team-a"), "no wildcard");
+        assert!(!kubeconfig_shared(None, "team-a"));
+        let m = kubeconfig_not_shared_message("kc", "admins", "team-a");
+        assert!(m.contains("tinycode.dev/kubeconfig-share-with=team-a") && !m.contains("exist"));
+    }
+
+    #[test]
+    fn discovery_only_reaches_labelled_namespaces() {
+        let labelled: BTreeSet<String> = ["models".to_string(), "team".to_string()].into();
+        let (ok, warn) = discovery_namespaces(&["models".into(), "other".into(), "team".into()], "team", &labelled);
+        assert_eq!(ok, vec!["models"]);
+        assert_eq!(warn.len(), 1);
+        assert!(warn[0].contains("other") && warn[0].contains("oc label namespace other"));
+        let (ok, warn) = discovery_namespaces(&["*".into()], "team", &labelled);
+        assert_eq!((ok, warn.len()), (vec!["models".to_string()], 0));
+    }
+}
