@@ -11,6 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::http_server::{self, Limits};
 use crate::metrics::Metrics;
 
 /// What the probes report.
@@ -52,7 +53,19 @@ async fn metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics.encode())
 }
 
-/// Binds both listeners (so a taken port fails start-up) and serves them in the background.
+/// The health port's routes: `/healthz` and `/readyz`.
+pub fn health_router(state: Arc<HealthState>) -> Router {
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(state)
+}
+
+/// The metrics port's route: `/metrics`.
+pub fn metrics_router(m: Arc<Metrics>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(m)
+}
+
+/// Binds both listeners (so a taken port fails start-up) and serves them in the
+/// background within [`Limits::default`] (header-read and request timeouts, a
+/// connection cap per listener).
 pub async fn serve(
     health_addr: SocketAddr,
     metrics_addr: SocketAddr,
@@ -61,18 +74,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let health = tokio::net::TcpListener::bind(health_addr).await?;
     let metrics_listener = tokio::net::TcpListener::bind(metrics_addr).await?;
-    let health_app = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(state);
-    let metrics_app = Router::new().route("/metrics", get(metrics)).with_state(m);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(health, health_app).await {
-            tracing::error!(error = %e, "health endpoint stopped");
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(metrics_listener, metrics_app).await {
-            tracing::error!(error = %e, "metrics endpoint stopped");
-        }
-    });
+    tokio::spawn(http_server::serve(health, health_router(state), Limits::default()));
+    tokio::spawn(http_server::serve(metrics_listener, metrics_router(m), Limits::default()));
     Ok(())
 }
 
@@ -91,5 +94,24 @@ mod tests {
         let (code, body) = readiness(&s);
         assert_eq!(code, StatusCode::OK);
         assert!(body.contains("standing by"));
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_200_through_the_limited_server() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let state = Arc::new(HealthState::default());
+        state.alive.store(true, Ordering::Relaxed);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(http_server::serve(listener, health_router(state), Limits::default()));
+
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut resp = Vec::new();
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut resp)).await.unwrap().unwrap();
+        let resp = String::from_utf8_lossy(&resp);
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+        assert!(resp.ends_with("ok\n"), "{resp}");
     }
 }

@@ -14,6 +14,7 @@ pub mod devcluster;
 pub mod error;
 pub mod health;
 pub mod helm;
+pub mod http_server;
 pub mod leader;
 pub mod metrics;
 pub mod naming;

@@ -1,0 +1,211 @@
+//! A small HTTP/1 server for the health and metrics endpoints that bounds what
+//! one client can hold.
+//!
+//! `axum::serve` has no header-read timeout, no request timeout and no cap on
+//! open connections, so a slow-loris client (one that opens connections and never
+//! finishes its request head) or a flood of connections could exhaust the
+//! process and starve the kubelet's probes. This accept loop serves an axum
+//! [`Router`] through hyper's HTTP/1 connection builder instead:
+//!
+//! - hyper closes a connection whose request head is not complete within
+//!   [`Limits::header_read_timeout`] (this also ends idle keep-alive connections);
+//! - `tower_http`'s timeout layer answers 503 when handling a request takes
+//!   longer than [`Limits::request_timeout`];
+//! - at most [`Limits::max_connections`] connections are served at once; a
+//!   connection beyond the cap is closed as soon as it is accepted instead of
+//!   being queued.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower_http::timeout::TimeoutLayer;
+
+/// What one listener allows its clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Time a client has to send a complete request head (also the idle time
+    /// allowed between requests on a kept-alive connection).
+    pub header_read_timeout: Duration,
+    /// Time a handler has to produce the response; after that the client gets 503.
+    pub request_timeout: Duration,
+    /// Connections served at once; further connections are closed on accept.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_connections: 64,
+        }
+    }
+}
+
+/// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Serves `router` on `listener` within `limits`, forever.
+pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
+    let app = router.layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout));
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, max = limits.max_connections, "connection limit reached; closing connection");
+            drop(stream);
+            continue;
+        };
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use std::time::Instant;
+
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Generous bound for anything the server should do "soon" on a busy machine.
+    const PATIENCE: Duration = Duration::from_secs(5);
+
+    async fn start(limits: Limits) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/ok", get(|| async { "ok\n" })).route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "late\n"
+            }),
+        );
+        tokio::spawn(serve(listener, router, limits));
+        addr
+    }
+
+    /// Reads until EOF or a reset; `None` if the server kept the connection
+    /// open for longer than [`PATIENCE`].
+    async fn read_to_close(stream: &mut TcpStream) -> Option<Vec<u8>> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Err(_) => return None,
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(got),
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    /// One `GET path` with `Connection: close`; the raw response, or `None`
+    /// when the connection could not be made.
+    async fn get_raw(addr: SocketAddr, path: &str) -> Option<String> {
+        let mut s = tokio::time::timeout(PATIENCE, TcpStream::connect(addr)).await.ok()?.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let body = read_to_close(&mut s).await.expect("server neither answered nor closed");
+        Some(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn limits(header_ms: u64, request_ms: u64, max_connections: usize) -> Limits {
+        Limits {
+            header_read_timeout: Duration::from_millis(header_ms),
+            request_timeout: Duration::from_millis(request_ms),
+            max_connections,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plain_get_is_answered() {
+        let addr = start(Limits::default()).await;
+        let resp = get_raw(addr, "/ok").await.unwrap();
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+        assert!(resp.ends_with("ok\n"), "{resp}");
+    }
+
+    #[tokio::test]
+    async fn an_unfinished_request_head_is_closed_after_the_header_timeout() {
+        let addr = start(limits(300, 10_000, 8)).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let started = Instant::now();
+        s.write_all(b"GET /ok HTTP/1.1\r\nHost: localhost\r\n").await.unwrap();
+        let got = read_to_close(&mut s).await.expect("server kept a half-sent request open");
+        assert!(started.elapsed() >= Duration::from_millis(250), "closed before the timeout: {:?}", started.elapsed());
+        let got = String::from_utf8_lossy(&got);
+        assert!(!got.contains(" 200 "), "an unfinished request was served: {got}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
+        let addr = start(limits(300, 10_000, 8)).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let got = read_to_close(&mut s).await.expect("server kept a silent connection open");
+        assert!(!String::from_utf8_lossy(&got).contains(" 200 "));
+    }
+
+    #[tokio::test]
+    async fn a_slow_handler_gets_503_after_the_request_timeout() {
+        let addr = start(limits(10_000, 300, 8)).await;
+        let started = Instant::now();
+        let resp = get_raw(addr, "/slow").await.unwrap();
+        assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+        assert!(started.elapsed() < PATIENCE, "took {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_and_a_freed_slot_serves_again() {
+        let addr = start(limits(30_000, 10_000, 2)).await;
+        // Two idle connections take both slots; a request on one proves it is being served.
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        first.write_all(b"GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(PATIENCE, first.read(&mut buf)).await.unwrap().unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        let second = TcpStream::connect(addr).await.unwrap();
+
+        // The third connection is accepted by the kernel but closed unserved.
+        let resp = get_raw(addr, "/ok").await.unwrap_or_default();
+        assert!(!resp.contains(" 200 "), "a connection beyond the cap was served: {resp}");
+
+        // Closing one held connection frees its slot (the server notices the
+        // EOF asynchronously, so retry for a while).
+        drop(second);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let resp = get_raw(addr, "/ok").await.unwrap_or_default();
+            if resp.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no request served after a slot was freed: {resp}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(first);
+    }
+}
