@@ -16,6 +16,7 @@ pub mod helm;
 pub mod leader;
 pub mod metrics;
 pub mod naming;
+pub mod netguard;
 pub mod openshift;
 pub mod prepare;
 pub mod rbac;
