@@ -106,13 +106,18 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Refusal> {
 }
 
 /// The IPv4 address an IPv6 address carries in its last 32 bits, when it is
-/// IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) or in the NAT64
-/// well-known prefix (64:ff9b::/96).
+/// IPv4-mapped (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d),
+/// IPv4-compatible (::a.b.c.d) or in a NAT64 prefix (the well-known
+/// 64:ff9b::/96 and the local-use 64:ff9b:1::/96).
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
     let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     match s[..6] {
-        [0, 0, 0, 0, 0, 0xffff] | [0, 0, 0, 0, 0, 0] | [0x64, 0xff9b, 0, 0, 0, 0] => Some(tail),
+        [0, 0, 0, 0, 0, 0xffff]
+        | [0, 0, 0, 0, 0xffff, 0]
+        | [0, 0, 0, 0, 0, 0]
+        | [0x64, 0xff9b, 0, 0, 0, 0]
+        | [0x64, 0xff9b, 1, 0, 0, 0] => Some(tail),
         _ => None,
     }
 }
@@ -238,6 +243,8 @@ mod tests {
             ("::ffff:7f00:1", Refusal::Loopback),
             ("::127.0.0.1", Refusal::Loopback),
             ("64:ff9b::7f00:1", Refusal::Loopback),
+            ("64:ff9b:1::7f00:1", Refusal::Loopback),
+            ("::ffff:0:127.0.0.1", Refusal::Loopback),
             ("0.0.0.0", Refusal::Unspecified),
             ("0.1.2.3", Refusal::Unspecified),
             ("::", Refusal::Unspecified),
