@@ -58,11 +58,15 @@ impl Default for ProbeSettings {
 /// [`netguard::GuardedResolver`] at connect time.
 pub fn ssrf_check(url: &str, allow_loopback: bool) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("{:?} is not a URL: {e}", redact_unparsed(url)))?;
+    // Messages end up in status conditions: never echo credentials or a query (API keys live there).
+    let mut shown = parsed.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let url = shown.as_str();
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        let mut shown = parsed.clone();
-        let _ = shown.set_username("");
-        let _ = shown.set_password(None);
-        return Err(format!("{shown}: credentials (user-info) in the URL are refused; remove them"));
+        return Err(format!("{url}: credentials (user-info) in the URL are refused; remove them"));
     }
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!("{url}: only http and https are probed"));
@@ -422,6 +426,8 @@ mod tests {
         let err = ssrf_check("http://user:s3cr3t@vllm:8000/v1", false).unwrap_err();
         assert!(!err.contains("s3cr3t") && !err.contains("user:"), "credentials must not be echoed: {err}");
         assert!(err.contains("credentials"), "{err}");
+        let err = ssrf_check("http://vllm:8000/v1?api_key=s3cr3t", false).unwrap_err();
+        assert!(!err.contains("s3cr3t") && err.contains("query"), "the query must not be echoed: {err}");
     }
 
     #[tokio::test]
