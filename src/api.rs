@@ -30,6 +30,21 @@ pub const GIT_URL_PATTERN: &str = r"^(https?|ssh|git)://[A-Za-z0-9_./@:~%+=-]+$"
 pub const GIT_BRANCH_PATTERN: &str = r"^[A-Za-z0-9_./-]+$";
 pub const VLLM_NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9-]*$";
 pub const HTTP_URL_PATTERN: &str = r"^https?://";
+/// User-info in a URL (`scheme://user[:password]@host`). The scp-like git
+/// form `git@host:org/repo.git` has no `://` and does not match.
+pub const URL_USERINFO_PATTERN: &str = "^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@";
+/// User-info in an http(s):// or git:// git URL: a token or user:password.
+pub const GIT_USERINFO_PATTERN: &str = "^(https?|git)://[^/?#]*@";
+/// A password in an ssh:// git URL; a bare user name (`ssh://git@host/..`)
+/// is not a secret and stays allowed (the key comes from the credentials Secret).
+pub const SSH_PASSWORD_PATTERN: &str = "^ssh://[^/?#]*:[^/?#]*@";
+/// CEL rule for model-server URLs: no user-info, query or fragment. Holds
+/// [`URL_USERINFO_PATTERN`] literally (a unit test checks).
+pub const HTTP_URL_HYGIENE_RULE: &str =
+    "!self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@') && !self.contains('?') && !self.contains('#')";
+/// CEL rule for spec.git.url: no credentials, query or fragment. Holds
+/// [`GIT_USERINFO_PATTERN`] and [`SSH_PASSWORD_PATTERN`] literally.
+pub const GIT_URL_HYGIENE_RULE: &str = "!self.matches('^(https?|git)://[^/?#]*@') && !self.matches('^ssh://[^/?#]*:[^/?#]*@') && !self.contains('?') && !self.contains('#')";
 pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
 /// Longest instance name: keeps `<name>-tinycode-discovery` and the other
@@ -244,7 +259,7 @@ impl TlsTermination {
     }
 }
 
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Ollama {
     /// Deploy an Ollama server in the same Helm release.
@@ -252,6 +267,8 @@ pub struct Ollama {
     pub enabled: bool,
     /// External Ollama URL, when not enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(HTTP_URL_HYGIENE_RULE)
+        .message("spec.ollama.host: no credentials, query or fragment in the URL; give the base URL such as http://ollama.models.svc:11434"))]
     #[schemars(pattern(HTTP_URL_PATTERN), length(max = 2048))]
     pub host: Option<String>,
     /// Models to pre-pull.
@@ -328,11 +345,13 @@ impl Default for ClusterAdmin {
     }
 }
 
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VllmProvider {
     #[schemars(pattern(VLLM_NAME_PATTERN), length(min = 1, max = 63))]
     pub name: String,
+    #[x_kube(validation = Rule::new(HTTP_URL_HYGIENE_RULE)
+        .message("spec.vllm[].url: no credentials, query or fragment in the URL; give the server's base URL such as http://vllm.models.svc:8000"))]
     #[schemars(pattern(HTTP_URL_PATTERN), length(max = 2048))]
     pub url: String,
     /// Per-model limit overrides, by model ID.
@@ -361,9 +380,11 @@ pub struct Discovery {
     pub namespaces: Vec<String>,
 }
 
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Git {
+    #[x_kube(validation = Rule::new(GIT_URL_HYGIENE_RULE)
+        .message("spec.git.url must not hold credentials (user:password@ or token@), a query or a fragment: put credentials in spec.git.credentialsSecret, not in the URL"))]
     #[schemars(pattern(GIT_URL_PATTERN), length(max = 2048))]
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -18,8 +18,19 @@ pub fn normalize_vllm_url(url: &str) -> String {
     if trimmed.ends_with("/v1") { trimmed.to_string() } else { format!("{trimmed}/v1") }
 }
 
-/// Limits for a model a server serves, from its `max_model_len`.
+/// Largest `max_model_len` taken at face value (16Mi tokens); servers are
+/// not trusted to report sane numbers.
+pub const MAX_MODEL_LEN: i64 = 16_777_216;
+
+/// A server-reported `max_model_len` brought into 1..=[`MAX_MODEL_LEN`], so
+/// no later arithmetic can overflow.
+pub fn clamp_max_model_len(max_model_len: i64) -> i64 {
+    max_model_len.clamp(1, MAX_MODEL_LEN)
+}
+
+/// Limits for a model a server serves, from its `max_model_len` (clamped first).
 pub fn limits_from_max_len(max_model_len: i64) -> (i64, i64) {
+    let max_model_len = clamp_max_model_len(max_model_len);
     let context = max_model_len * 8 / 10;
     let output = (max_model_len * 2 / 10).min(4096);
     (context, output)
@@ -98,6 +109,19 @@ mod tests {
     fn limits_follow_the_80_20_rule_capped_at_4096() {
         assert_eq!(limits_from_max_len(8192), (6553, 1638));
         assert_eq!(limits_from_max_len(131072), (104857, 4096));
+    }
+
+    #[test]
+    fn absurd_max_model_len_is_clamped_not_overflowed() {
+        assert_eq!(clamp_max_model_len(i64::MAX), MAX_MODEL_LEN);
+        assert_eq!(clamp_max_model_len(i64::MIN), 1);
+        assert_eq!(clamp_max_model_len(-5), 1);
+        assert_eq!(clamp_max_model_len(0), 1);
+        assert_eq!(clamp_max_model_len(32768), 32768);
+        assert_eq!(limits_from_max_len(i64::MAX), (MAX_MODEL_LEN * 8 / 10, 4096));
+        assert_eq!(limits_from_max_len(i64::MIN), (0, 0));
+        assert_eq!(limits_from_max_len(-1), (0, 0));
+        assert_eq!(limits_from_max_len(0), (0, 0));
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod http_server;
 pub mod leader;
 pub mod metrics;
 pub mod naming;
+pub mod netguard;
 pub mod openshift;
 pub mod prepare;
 pub mod rbac;

@@ -53,6 +53,9 @@ pattern!(VLLM_NAME, api::VLLM_NAME_PATTERN);
 pattern!(HTTP_URL, api::HTTP_URL_PATTERN);
 pattern!(DNS_SUBDOMAIN, api::DNS_SUBDOMAIN_PATTERN);
 pattern!(NAMESPACE_OR_STAR, api::NAMESPACE_OR_STAR_PATTERN);
+pattern!(URL_USERINFO, api::URL_USERINFO_PATTERN);
+pattern!(GIT_USERINFO, api::GIT_USERINFO_PATTERN);
+pattern!(SSH_PASSWORD, api::SSH_PASSWORD_PATTERN);
 pattern!(INSTANCE_NAME, r"^[a-z]([-a-z0-9]*[a-z0-9])?$");
 
 /// Validates an instance; returns its non-blocking warnings when it is valid.
@@ -160,6 +163,14 @@ pub fn validate(
     {
         err("spec.ollama.host", format!("{host:?} must start with http:// or https://"));
     }
+    if let Some(problem) = spec.ollama.host.as_deref().and_then(|h| url_extras(h, false)) {
+        err(
+            "spec.ollama.host",
+            format!(
+                "{problem}: no credentials, query or fragment in the URL; give the base URL such as http://ollama.models.svc:11434"
+            ),
+        );
+    }
 
     if let Some(secret) = &spec.auth.password_secret
         && !DNS_SUBDOMAIN.is_match(secret)
@@ -215,6 +226,14 @@ pub fn validate(
             if !HTTP_URL.is_match(&p.url) {
                 err(&format!("spec.vllm[{i}].url"), format!("{:?} must start with http:// or https://", p.url));
             }
+            if let Some(problem) = url_extras(&p.url, false) {
+                err(
+                    &format!("spec.vllm[{i}].url"),
+                    format!(
+                        "{problem}: no credentials, query or fragment in the URL; give the server's base URL such as http://vllm.models.svc:8000"
+                    ),
+                );
+            }
             for (model, limits) in p.models.iter().flatten() {
                 if limits.context_limit.is_some_and(|c| c < 1024) {
                     err(&format!("spec.vllm[{i}].models[{model}].contextLimit"), "must be at least 1024".into());
@@ -248,6 +267,14 @@ pub fn validate(
                     .into(),
             );
         }
+        if let Some(problem) = url_extras(&git.url, true) {
+            err(
+                "spec.git.url",
+                format!(
+                    "{problem}: put credentials in spec.git.credentialsSecret, not in the URL (and no query or fragment)"
+                ),
+            );
+        }
         if let Some(branch) = &git.branch
             && (!GIT_BRANCH.is_match(branch) || branch.len() > 255)
         {
@@ -263,6 +290,25 @@ pub fn validate(
     }
 
     Ok(Vec::new())
+}
+
+/// What a URL carries besides an address, if anything: user-info, a query
+/// or a fragment. Mirrors the CEL rules [`api::HTTP_URL_HYGIENE_RULE`] and
+/// (with `git`) [`api::GIT_URL_HYGIENE_RULE`]: for git only a password is
+/// refused in ssh:// URLs, and the scp-like `git@host:path` form is fine.
+/// The URL itself is never echoed: it may hold a secret.
+pub fn url_extras(url: &str, git: bool) -> Option<&'static str> {
+    let userinfo =
+        if git { GIT_USERINFO.is_match(url) || SSH_PASSWORD.is_match(url) } else { URL_USERINFO.is_match(url) };
+    if userinfo {
+        Some("the URL holds credentials (user-info before @)")
+    } else if url.contains('?') {
+        Some("the URL has a query (?)")
+    } else if url.contains('#') {
+        Some("the URL has a fragment (#)")
+    } else {
+        None
+    }
 }
 
 fn check_image(image: &str, settings: &Settings, err: &mut impl FnMut(&str, String)) {
@@ -507,6 +553,63 @@ mod tests {
         assert!(validate("a", "team", &s, &Settings::default()).is_ok());
         let s = spec(serde_json::json!({"git": {"url": "https://x.io/r.git", "depth": 0}}));
         assert_eq!(fields(&s), vec!["spec.git.depth"]);
+    }
+
+    #[test]
+    fn urls_without_credentials_query_or_fragment() {
+        for (url, problem) in [
+            ("http://user:pw@vllm:8000", "credentials"),
+            ("http://token@vllm:8000", "credentials"),
+            ("https://u@vllm", "credentials"),
+            ("http://a@b:c@vllm", "credentials"),
+            ("http://vllm:8000/v1?key=x", "query"),
+            ("http://vllm:8000/v1#x", "fragment"),
+        ] {
+            let s = spec(serde_json::json!({"vllm": [{"name": "a", "url": url}]}));
+            let e = errors(&s);
+            assert_eq!(e.len(), 1, "{url}: {e:?}");
+            assert_eq!(e[0].field, "spec.vllm[0].url", "{url}");
+            assert!(e[0].message.contains(problem), "{url}: {}", e[0].message);
+            assert!(e[0].message.contains("no credentials, query or fragment"), "{}", e[0].message);
+            assert!(!e[0].message.contains("pw@") && !e[0].message.contains("token"), "never echoed: {}", e[0].message);
+            let s = spec(serde_json::json!({"ollama": {"host": url}}));
+            assert_eq!(fields(&s), vec!["spec.ollama.host"], "{url}");
+        }
+        // An @ in the path is not user-info.
+        let s = spec(serde_json::json!({"vllm": [{"name": "a", "url": "http://vllm:8000/@team/v1"}]}));
+        assert!(validate("a", "team", &s, &Settings::default()).is_ok());
+
+        for url in
+            ["https://user:ghp_x@github.com/o/r.git", "https://ghp_x@github.com/o/r.git", "ssh://git:pw@x.io/r.git"]
+        {
+            let s = spec(serde_json::json!({"git": {"url": url}}));
+            let e = errors(&s);
+            assert_eq!(e.len(), 1, "{url}: {e:?}");
+            assert_eq!(e[0].field, "spec.git.url");
+            assert!(e[0].message.contains("spec.git.credentialsSecret"), "{}", e[0].message);
+        }
+        for url in ["ssh://git@x.io:22/team/r.git", "https://x.io/team/r.git", "https://x.io/@scope/r.git"] {
+            let s = spec(serde_json::json!({"git": {"url": url}}));
+            assert!(validate("a", "team", &s, &Settings::default()).is_ok(), "{url}");
+        }
+        // scp form: not refused for credentials (the URL pattern decides it).
+        assert_eq!(url_extras("git@github.com:org/repo.git", true), None);
+        assert_eq!(url_extras("git@github.com:org/repo.git", false), None);
+    }
+
+    #[test]
+    fn cel_rules_hold_the_patterns_the_validator_uses() {
+        assert!(api::HTTP_URL_HYGIENE_RULE.contains(&format!("'{}'", api::URL_USERINFO_PATTERN)));
+        assert!(api::GIT_URL_HYGIENE_RULE.contains(&format!("'{}'", api::GIT_USERINFO_PATTERN)));
+        assert!(api::GIT_URL_HYGIENE_RULE.contains(&format!("'{}'", api::SSH_PASSWORD_PATTERN)));
+        let crd = serde_json::to_string(&<TinycodeInstance as kube::CustomResourceExt>::crd()).unwrap();
+        for rule in [api::HTTP_URL_HYGIENE_RULE, api::GIT_URL_HYGIENE_RULE] {
+            assert!(crd.contains(rule), "{rule} is in the CRD");
+        }
+        assert_eq!(crd.matches(api::HTTP_URL_HYGIENE_RULE).count(), 2, "spec.vllm[].url and spec.ollama.host");
+        assert!(crd.contains("put credentials in spec.git.credentialsSecret"));
+        assert!(crd.contains("spec.vllm[].url: no credentials, query or fragment"));
+        assert!(crd.contains("spec.ollama.host: no credentials, query or fragment"));
     }
 
     #[test]

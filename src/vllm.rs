@@ -4,7 +4,7 @@
 //! reconcile: it becomes a warning.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::api::TinycodeInstanceSpec;
 use crate::config::{self, Served};
+use crate::netguard;
 use crate::status::{Desired, VLLM_CONFIG_READY, VLLM_WARNING};
 
 /// Annotation that makes a Service a discovery candidate.
@@ -21,7 +22,8 @@ pub const DISCOVER_ANNOTATION: &str = "tinycode.dev/discover";
 pub const URL_ANNOTATION: &str = "tinycode.dev/vllm-url";
 /// Below this context window tinycode's agent loop runs out of room.
 pub const MIN_CONTEXT: i64 = 16384;
-const METADATA_HOSTS: &[&str] = &["169.254.169.254", "metadata.google.internal", "100.100.100.200"];
+/// Most entries the probe cache holds; the oldest goes first when full.
+pub const CACHE_CAPACITY: usize = 1024;
 
 /// How probes behave (operator settings).
 #[derive(Clone, Debug)]
@@ -45,35 +47,53 @@ impl Default for ProbeSettings {
     }
 }
 
-/// Refuses URLs that point at the node itself or at cloud metadata services.
-/// Private ranges are allowed: in-cluster model servers live there.
+/// Refuses URLs that point at the node itself, a link-local neighbour or a
+/// cloud metadata service, and URLs carrying user-info, a query or a
+/// fragment. Private ranges are allowed: in-cluster model servers live there.
+///
+/// An IP-literal host (in any spelling the URL parser accepts: `2130706433`,
+/// `0177.0.0.1`, `127.1`, `[::ffff:7f00:1]`) is classified here, since the
+/// HTTP client dials it without a lookup; a host name is checked against
+/// [`netguard::check_host_name`] here and its addresses by the client's
+/// [`netguard::GuardedResolver`] at connect time.
 pub fn ssrf_check(url: &str, allow_loopback: bool) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{:?} is not a URL: {e}", redact_unparsed(url)))?;
+    // Messages end up in status conditions: never echo credentials or a query (API keys live there).
+    let mut shown = parsed.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let url = shown.as_str();
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!("{url}: credentials (user-info) in the URL are refused; remove them"));
+    }
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!("{url}: only http and https are probed"));
     }
-    let host =
-        parsed.host_str().ok_or_else(|| format!("{url} has no host"))?.trim_matches(['[', ']']).to_ascii_lowercase();
-    let host = host.trim_end_matches('.');
-    if METADATA_HOSTS.contains(&host) {
-        return Err(format!("{url} points at a cloud metadata service; it is never probed"));
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(format!("{url}: a query or fragment in the URL is refused; give the base URL only"));
     }
-    let loopback_name = host == "localhost" || host.ends_with(".localhost");
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        let link_local = match ip {
-            IpAddr::V4(v4) => v4.is_link_local(),
-            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-        };
-        if link_local {
-            return Err(format!("{url} is a link-local address; it is never probed"));
-        }
-        if ip.is_loopback() && !allow_loopback {
-            return Err(format!("{url} is a loopback address; it is not probed"));
-        }
-    } else if loopback_name && !allow_loopback {
-        return Err(format!("{url} is a loopback address; it is not probed"));
+    let refused = |reason: netguard::Refusal| format!("{url} is {reason}; it is never probed");
+    // The parser has already turned every IPv4 spelling into a dotted quad
+    // and wraps IPv6 literals in brackets; anything else is a domain name.
+    let host = parsed.host_str().filter(|h| !h.is_empty()).ok_or_else(|| format!("{url} has no host"))?;
+    let literal = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => Some(v6.parse::<Ipv6Addr>().map(IpAddr::V6).map_err(|e| format!("{url}: bad IPv6 host: {e}"))?),
+        None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
+    };
+    match literal {
+        Some(ip) => netguard::check_ip(ip, allow_loopback).map_err(refused),
+        None => netguard::check_host_name(host, allow_loopback).map_err(refused),
     }
-    Ok(())
+}
+
+/// A URL that did not parse, with anything up to an `@` hidden.
+fn redact_unparsed(url: &str) -> String {
+    match url.rfind('@') {
+        Some(at) => format!("…{}", &url[at..]),
+        None => url.to_string(),
+    }
 }
 
 /// `id` → `max_model_len` from a `/v1/models` body.
@@ -84,7 +104,7 @@ pub fn parse_models(body: &[u8]) -> Result<Served, String> {
     for m in data {
         let Some(id) = m.get("id").and_then(Value::as_str) else { continue };
         let len = m.get("max_model_len").and_then(Value::as_i64).unwrap_or(config::DEFAULT_CONTEXT_LIMIT * 10 / 8);
-        out.insert(id.to_string(), len);
+        out.insert(id.to_string(), config::clamp_max_model_len(len));
     }
     Ok(out)
 }
@@ -130,6 +150,9 @@ impl Prober {
             .connect_timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            // Names are resolved and their addresses checked in one step, so
+            // the address checked is the address connected to.
+            .dns_resolver(netguard::GuardedResolver::new(settings.allow_loopback))
             .build()
             .expect("HTTP client");
         Self { client, settings, cache: Mutex::default() }
@@ -149,7 +172,8 @@ impl Prober {
             return report.clone();
         }
         let report = self.probe_uncached(name, &base).await;
-        self.cache.lock().expect("lock").insert(key, (Instant::now(), report.clone()));
+        let mut cache = self.cache.lock().expect("lock");
+        cache_insert(&mut cache, key, report.clone(), self.settings.cache_ttl, CACHE_CAPACITY);
         report
     }
 
@@ -204,6 +228,24 @@ impl Prober {
     }
 }
 
+/// Stores a probe result: drops expired entries, then the oldest ones while
+/// the cache is full, so tenants cannot grow it without bound.
+fn cache_insert(
+    cache: &mut HashMap<String, (Instant, Report)>,
+    key: String,
+    report: Report,
+    ttl: Duration,
+    capacity: usize,
+) {
+    cache.retain(|_, (at, _)| at.elapsed() < ttl);
+    cache.remove(&key);
+    while cache.len() >= capacity.max(1) {
+        let Some(oldest) = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone()) else { break };
+        cache.remove(&oldest);
+    }
+    cache.insert(key, (Instant::now(), report));
+}
+
 async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
@@ -218,7 +260,9 @@ async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>
 }
 
 fn describe(url: &str, e: &reqwest::Error) -> String {
-    if e.is_timeout() {
+    if let Some(refused) = netguard::find_refusal(e) {
+        format!("GET {url}: {refused}")
+    } else if e.is_timeout() {
         format!("GET {url} timed out")
     } else if e.is_connect() {
         format!("GET {url}: connection failed")
@@ -313,6 +357,136 @@ mod tests {
         }
         assert!(ssrf_check("http://127.0.0.1:8000", true).is_ok());
         assert!(ssrf_check("http://169.254.169.254", true).is_err(), "metadata stays refused");
+    }
+
+    /// Every spelling of a refused address, and why it is refused.
+    #[test]
+    fn ssrf_guard_sees_through_address_spellings() {
+        for (bad, why) in [
+            ("http://[::ffff:127.0.0.1]:8000", "loopback"),
+            ("http://[::ffff:7f00:1]:8000", "loopback"),
+            ("http://[::127.0.0.1]:8000", "loopback"),
+            ("http://[64:ff9b::7f00:1]:8000", "loopback"),
+            ("http://0.0.0.0:8000", "unspecified"),
+            ("http://[::]:8000", "unspecified"),
+            ("http://0:8000", "unspecified"),
+            ("http://2130706433:8000", "loopback"),
+            ("http://0177.0.0.1:8000", "loopback"),
+            ("http://127.1:8000", "loopback"),
+            ("http://0x7f.0.0.1:8000", "loopback"),
+            ("http://0x7f000001/", "loopback"),
+            ("http://127.0.0.1.:8000", "loopback"),
+            ("http://127%2E0.0.1:8000", "loopback"),
+            ("http://localhost.:8000", "loopback"),
+            ("http://LOCALHOST:8000", "loopback"),
+            ("http://api.localhost:8000", "loopback"),
+            ("http://METADATA.GOOGLE.INTERNAL./computeMetadata/v1", "metadata"),
+            ("http://metadata/computeMetadata/v1", "metadata"),
+            ("http://169.254.169.254/latest", "metadata"),
+            ("http://[fd00:ec2::254]/latest", "metadata"),
+            ("http://[::ffff:169.254.169.254]/latest", "metadata"),
+            ("http://[::ffff:a9fe:a9fe]/latest", "metadata"),
+            ("http://2852039166/latest", "metadata"),
+            ("http://[fe80::1]:8000", "link-local"),
+        ] {
+            let err = ssrf_check(bad, false).expect_err(bad);
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        // The URL parser refuses zone IDs outright; either way it is not probed.
+        assert!(ssrf_check("http://[fe80::1%25eth0]:8000", false).is_err());
+        assert!(ssrf_check("http://[fe80::1%25eth0]:8000", true).is_err());
+        for ok in ["http://10.0.0.5:8000", "http://192.168.1.9", "http://[fd12::1]:8000", "https://models.example.com"]
+        {
+            assert_eq!(ssrf_check(ok, false), Ok(()), "{ok}");
+        }
+        // The loopback exception covers every loopback spelling, nothing else.
+        for ok in ["http://[::ffff:127.0.0.1]:1", "http://2130706433:1", "http://127.1:1", "http://localhost.:1"] {
+            assert_eq!(ssrf_check(ok, true), Ok(()), "{ok}");
+        }
+        for bad in ["http://0.0.0.0:1", "http://[::]:1", "http://[fd00:ec2::254]", "http://metadata.google.internal"] {
+            assert!(ssrf_check(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ssrf_guard_refuses_user_info_query_and_fragment() {
+        for bad in [
+            "http://user:secret@vllm:8000",
+            "http://user@vllm:8000",
+            "http://:secret@vllm:8000",
+            "http://vllm:8000/v1?x=1",
+            "http://vllm:8000/?",
+            "http://vllm:8000/#frag",
+            "http://vllm:8000#",
+        ] {
+            assert!(ssrf_check(bad, false).is_err(), "{bad}");
+            // normalize_vllm_url appends /v1; still refused.
+            assert!(ssrf_check(&config::normalize_vllm_url(bad), false).is_err(), "{bad}");
+        }
+        let err = ssrf_check("http://user:s3cr3t@vllm:8000/v1", false).unwrap_err();
+        assert!(!err.contains("s3cr3t") && !err.contains("user:"), "credentials must not be echoed: {err}");
+        assert!(err.contains("credentials"), "{err}");
+        let err = ssrf_check("http://vllm:8000/v1?api_key=s3cr3t", false).unwrap_err();
+        assert!(!err.contains("s3cr3t") && err.contains("query"), "the query must not be echoed: {err}");
+    }
+
+    #[tokio::test]
+    async fn resolver_refusals_are_reported_not_hidden_as_connect_errors() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client =
+            reqwest::Client::builder().no_proxy().dns_resolver(netguard::GuardedResolver::new(false)).build().unwrap();
+        // Refused at lookup: nothing is dialled.
+        let url = "http://localhost:9/v1/models";
+        let e = client.get(url).send().await.expect_err("refused");
+        let msg = describe(url, &e);
+        assert!(msg.contains("loopback") && msg.contains("never probed"), "{msg}");
+    }
+
+    fn report(name: &str) -> Report {
+        Report { name: name.into(), url: String::new(), served: Err(String::new()), warnings: vec![] }
+    }
+
+    #[test]
+    fn probe_cache_is_bounded_and_drops_expired_entries() {
+        let ttl = Duration::from_secs(300);
+        let mut cache = HashMap::new();
+        for i in 0..CACHE_CAPACITY + 100 {
+            cache_insert(&mut cache, format!("k{i}"), report("r"), ttl, CACHE_CAPACITY);
+        }
+        assert_eq!(cache.len(), CACHE_CAPACITY);
+        assert!(cache.contains_key(&format!("k{}", CACHE_CAPACITY + 99)), "the newest entry is kept");
+
+        let mut cache = HashMap::new();
+        for key in ["a", "b", "c"] {
+            cache_insert(&mut cache, key.into(), report(key), ttl, 3);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        cache_insert(&mut cache, "b".into(), report("b2"), ttl, 3);
+        assert_eq!(cache.len(), 3, "replacing a key evicts nothing");
+        cache_insert(&mut cache, "d".into(), report("d"), ttl, 3);
+        let mut keys: Vec<_> = cache.keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, ["b", "c", "d"], "the oldest entry goes first");
+
+        cache_insert(&mut cache, "e".into(), report("e"), Duration::ZERO, 3);
+        assert_eq!(cache.keys().collect::<Vec<_>>(), ["e"], "expired entries are dropped");
+    }
+
+    #[test]
+    fn absurd_max_model_len_is_clamped() {
+        let s = parse_models(
+            br#"{"data":[{"id":"huge","max_model_len":9223372036854775807},{"id":"neg","max_model_len":-4},{"id":"zero","max_model_len":0},{"id":"big","max_model_len":1e300},{"id":"u","max_model_len":18446744073709551615}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s["huge"], config::MAX_MODEL_LEN);
+        assert_eq!(s["neg"], 1);
+        assert_eq!(s["zero"], 1);
+        assert_eq!(s["big"], config::DEFAULT_CONTEXT_LIMIT * 10 / 8, "not an integer: the default");
+        assert_eq!(s["u"], config::DEFAULT_CONTEXT_LIMIT * 10 / 8, "beyond i64: the default");
+        assert_eq!(context_warnings("q", &s).len(), 4, "all but huge are below {MIN_CONTEXT}");
+        let served = BTreeMap::from([("q".to_string(), s)]);
+        let spec = spec(json!({"vllm": [{"name": "q", "url": "http://q"}]}));
+        assert!(config::generate(&spec, &served).is_some());
     }
 
     #[test]

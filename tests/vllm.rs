@@ -96,3 +96,39 @@ async fn results_are_cached_between_reconciles() {
     p.probe_all(&[("q".into(), server.url())]).await;
     assert_eq!(server.requests(), after_first);
 }
+
+#[tokio::test]
+async fn loopback_in_any_spelling_is_refused_before_dialling() {
+    let server = standin::start(ok(&[("m", 65536)], true)).await;
+    let port = server.url().rsplit(':').next().unwrap().to_string();
+    let guarded = Prober::new(ProbeSettings::default());
+    let targets: Vec<(String, String)> = [
+        "http://[::ffff:127.0.0.1]",
+        "http://[::ffff:7f00:1]",
+        "http://2130706433",
+        "http://0177.0.0.1",
+        "http://127.1",
+        "http://0x7f.0.0.1",
+        "http://localhost.",
+        "http://LOCALHOST",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, u)| (format!("q{i}"), format!("{u}:{port}")))
+    .collect();
+    for r in guarded.probe_all(&targets).await {
+        assert!(r.served.as_ref().unwrap_err().contains("loopback"), "{r:?}");
+    }
+    assert_eq!(server.requests(), 0, "the guard must refuse before dialling");
+}
+
+#[tokio::test]
+async fn names_go_through_the_guarded_resolver() {
+    // `localhost` resolves from /etc/hosts; with the loopback exception the
+    // resolver hands the client the checked loopback address.
+    let server = standin::start(ok(&[("m", 65536)], true)).await;
+    let port = server.url().rsplit(':').next().unwrap().to_string();
+    let reports = prober().probe_all(&[("q".into(), format!("http://localhost:{port}"))]).await;
+    assert!(reports[0].served.is_ok(), "{:?}", reports[0]);
+    assert!(server.requests() > 0);
+}
