@@ -422,6 +422,10 @@ pub struct TinycodeInstanceStatus {
     /// SecurityContextConstraints granted to the instance's ServiceAccount.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scc: Option<String>,
+    /// Secret (in the instance namespace, key TINYCODE_SERVER_PASSWORD) holding
+    /// the password: spec.auth.passwordSecret, or the one the operator generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret: Option<String>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -208,13 +208,12 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
             let message = err.to_string();
             let generation = inst.metadata.generation;
-            let extra: Vec<Desired> = if err.reason().starts_with("Kubeconfig")
-                || err.reason() == "ClusterRoleNotApproved"
-            {
-                vec![Desired::new(status::CLUSTER_ADMIN_READY, false, err.reason(), message.clone())]
-            } else {
-                vec![]
-            };
+            let extra: Vec<Desired> =
+                if err.reason().starts_with("Kubeconfig") || err.reason() == "ClusterRoleNotApproved" {
+                    vec![Desired::new(status::CLUSTER_ADMIN_READY, false, err.reason(), message.clone())]
+                } else {
+                    vec![]
+                };
             let status = status::failed(inst.status.as_ref(), err.reason(), &message, &extra, &now(), generation);
             if let Err(e) = patch_status(ctx, inst, &status).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
@@ -382,6 +381,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         helm_release: Some(release_name),
         helm_revision: Some(revision),
         scc: Some(tier.scc_name()),
+        password_secret: Some(values.auth.password_secret.clone()),
     };
     if prev.phase != Some(Phase::Running) && phase == Phase::Running {
         let note =
@@ -411,8 +411,7 @@ async fn check_kubeconfig(ctx: &Context, inst: &TinycodeInstance, name: &str, ns
         Err(e) => return Err(e.into()),
     };
     if cross_namespace {
-        let shared =
-            secret.as_ref().is_some_and(|s| approval::kubeconfig_shared(s.metadata.annotations.as_ref(), ns));
+        let shared = secret.as_ref().is_some_and(|s| approval::kubeconfig_shared(s.metadata.annotations.as_ref(), ns));
         if !shared {
             delete_namespaced(&Api::<Secret>::namespaced(ctx.client.clone(), ns), &naming::kubeconfig_copy(name))
                 .await?;
@@ -655,7 +654,8 @@ async fn ensure_release(
 /// in the operator namespace). A tenant who fakes the annotation only makes
 /// the operator adopt objects of its own chart, named for this instance.
 async fn installed_by_legacy_build(ctx: &Context, ns: &str, name: &str) -> Result<bool, Error> {
-    let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns).get_metadata_opt(&naming::fullname(name)).await?;
+    let deployment =
+        Api::<Deployment>::namespaced(ctx.client.clone(), ns).get_metadata_opt(&naming::fullname(name)).await?;
     Ok(deployment
         .and_then(|d| d.metadata.annotations)
         .and_then(|a| a.get(HELM_RELEASE_NAMESPACE_ANNOTATION).cloned())
@@ -668,7 +668,10 @@ async fn installed_by_legacy_build(ctx: &Context, ns: &str, name: &str) -> Resul
 async fn finish_migration(ctx: &Context, inst: &TinycodeInstance, ns: &str, name: &str) -> Result<(), Error> {
     let legacy = naming::legacy_release_name(ns, name);
     Api::<Secret>::namespaced(ctx.client.clone(), ns)
-        .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("owner=helm,name={legacy}")))
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("owner=helm,name={legacy}")),
+        )
         .await?;
     let old_binding = format!("{}-discovery", naming::cluster_scoped_prefix(ns, name));
     delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding).await?;

@@ -104,11 +104,7 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         .await?;
     roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
     roles
-        .patch(
-            crate::approval::DISCOVERY_CLUSTER_ROLE,
-            &pp(),
-            &Patch::Apply(rbac::discovery_cluster_role_manifest()),
-        )
+        .patch(crate::approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
         .await?;
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },

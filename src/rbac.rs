@@ -312,7 +312,13 @@ mod tests {
         bindable.sort();
         assert_eq!(
             bindable,
-            vec!["tinycode-discovery", "tinycode-scc-hostpath", "tinycode-scc-restricted", "tinycode-scc-shell", "view"]
+            vec![
+                "tinycode-discovery",
+                "tinycode-scc-hostpath",
+                "tinycode-scc-restricted",
+                "tinycode-scc-shell",
+                "view"
+            ]
         );
     }
 

@@ -279,8 +279,14 @@ fn discovery_binds_the_shared_role_only_in_approved_namespaces() {
     let (_, docs) = render_approved(json!({"discovery": {"namespaces": ["models", "ai"]}}), &approved);
     let rb: Vec<&Value> = docs.iter().filter(|d| d["metadata"]["name"] == "tinycode:team:dev-discovery").collect();
     assert_eq!(rb.len(), 1, "one RoleBinding, in the approved namespace only");
-    assert_eq!((rb[0]["kind"].as_str(), rb[0]["metadata"]["namespace"].as_str()), (Some("RoleBinding"), Some("models")));
-    assert_eq!(rb[0]["roleRef"], json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tinycode-discovery"}));
+    assert_eq!(
+        (rb[0]["kind"].as_str(), rb[0]["metadata"]["namespace"].as_str()),
+        (Some("RoleBinding"), Some("models"))
+    );
+    assert_eq!(
+        rb[0]["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tinycode-discovery"})
+    );
     assert_eq!(rb[0]["subjects"][0], json!({"kind": "ServiceAccount", "name": "dev-tinycode", "namespace": "team"}));
     assert_eq!(rb[0]["metadata"]["labels"]["tinycode.dev/instance-namespace"], "team");
     let c = container(find(&docs, "Deployment", "dev-tinycode"), "tinycode");

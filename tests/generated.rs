@@ -30,7 +30,10 @@ fn operator_cluster_role_matches_the_declared_calls() {
 
 #[test]
 fn operator_namespace_role_and_discovery_role_match_the_declarations() {
-    check(&["rbac", "--leader-election-namespace", "tinycode-operator-system"], "config/rbac/leader_election_role.yaml");
+    check(
+        &["rbac", "--leader-election-namespace", "tinycode-operator-system"],
+        "config/rbac/leader_election_role.yaml",
+    );
     check(&["rbac", "--discovery"], "config/rbac/discovery_role.yaml");
 }
 

@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::devcluster;
+use tinycode_operator::devcluster::OPERATOR_NAMESPACE;
 use tinycode_operator::openshift::Route;
 
 pub type TestResult = Result<(), String>;
@@ -69,6 +70,7 @@ pub struct Env {
     pub admin_kubeconfig: PathBuf,
     pub operator_kubeconfig: PathBuf,
     pub helm: PathBuf,
+    pub kubectl: PathBuf,
     pub work: tempfile::TempDir,
     pub run_id: String,
     pub real_openshift_schemas: bool,
@@ -94,6 +96,11 @@ impl Env {
             .find_map(|l| l.strip_prefix("TINYCODE_HELM="))
             .map(PathBuf::from)
             .ok_or("hack/local-cluster.sh tools printed no TINYCODE_HELM")?;
+        let kubectl = tools
+            .lines()
+            .find_map(|l| l.strip_prefix("TINYCODE_KUBECTL="))
+            .map(PathBuf::from)
+            .ok_or("hack/local-cluster.sh tools printed no TINYCODE_KUBECTL")?;
         let start = Command::new("bash")
             .arg(&script)
             .arg("start")
@@ -117,7 +124,9 @@ impl Env {
         let client = Client::try_default().await.ctx("admin client")?;
         let crds = openshift_crds_dir();
         devcluster::install_openshift_apis(&client, crds.as_deref()).await.ctx("install OpenShift APIs")?;
-        devcluster::install_operator(&client).await.ctx("install operator CRD, SCCs, RBAC")?;
+        // The operator is installed as a cluster-admin would: by hack/install.sh,
+        // so every scenario runs under exactly the RBAC that script applies.
+        run_script(&kubectl, &admin_kubeconfig, "install.sh", &["--no-wait"])?;
         devcluster::aggregate_cluster_roles(&client).await.ctx("aggregate cluster roles")?;
         let operator_kubeconfig = work.path().join("operator.kubeconfig");
         devcluster::write_operator_kubeconfig(&client, &admin_kubeconfig, &operator_kubeconfig)
@@ -129,6 +138,7 @@ impl Env {
             admin_kubeconfig,
             operator_kubeconfig,
             helm,
+            kubectl,
             work,
             run_id,
             real_openshift_schemas: crds.is_some(),
@@ -138,6 +148,31 @@ impl Env {
 
     pub async fn client(&self) -> Client {
         Client::try_default().await.expect("admin client")
+    }
+
+    /// A client acting as `user` (impersonated by the admin, `kubectl --as user`).
+    pub async fn client_as(&self, user: &str) -> Client {
+        let mut config = kube::Config::infer().await.expect("admin config");
+        config.auth_info.impersonate = Some(user.to_string());
+        Client::try_from(config).expect("impersonating client")
+    }
+
+    /// Prepares a namespace with hack/prepare-namespace.sh, as a cluster-admin would.
+    pub fn prepare_with_script(&self, ns: &str) -> TestResult {
+        run_script(&self.kubectl, &self.admin_kubeconfig, "prepare-namespace.sh", &[ns]).map(drop)
+    }
+
+    /// `kubectl` as the cluster admin (for labels and annotations, as an admin types them).
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(&self.kubectl)
+            .args(args)
+            .env("KUBECONFIG", &self.admin_kubeconfig)
+            .output()
+            .ctx("run kubectl")?;
+        if !out.status.success() {
+            return Err(format!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Namespace name unique to this run.
@@ -280,8 +315,10 @@ impl Env {
     }
 
     /// The release's revision and status, or None when helm has no such release.
-    pub fn release(&self, ns: &str, release: &str) -> Result<Option<(i64, String)>, String> {
-        let list = self.helm_json(&["list", "-n", ns, "-a", "--filter", &format!("^{release}$")])?;
+    /// Every release lives in the operator's namespace.
+    pub fn release(&self, release: &str) -> Result<Option<(i64, String)>, String> {
+        let filter = format!("^{}$", release.replace('.', "\\."));
+        let list = self.helm_json(&["list", "-n", OPERATOR_NAMESPACE, "-a", "--filter", &filter])?;
         Ok(list.as_array().and_then(|a| a.first()).map(|r| {
             let rev = r["revision"].as_str().and_then(|s| s.parse().ok()).or(r["revision"].as_i64()).unwrap_or(0);
             (rev, r["status"].as_str().unwrap_or_default().to_string())
@@ -293,6 +330,27 @@ impl Drop for Env {
     fn drop(&mut self) {
         self.stop_operator();
     }
+}
+
+/// Runs one of the hack/ scripts as the cluster admin; its output on failure.
+pub fn run_script(kubectl: &Path, kubeconfig: &Path, script: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack").join(script))
+        .args(args)
+        .env("KUBECTL", kubectl)
+        .env("KUBECONFIG", kubeconfig)
+        .env("INSTALL_WAIT", "false")
+        .stdin(Stdio::null())
+        .output()
+        .ctx(&format!("run hack/{script}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "hack/{script} {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Polls `check` until it returns Ok(Some(v)) or the time is up.

@@ -6,6 +6,7 @@
 mod harness;
 #[path = "../support/vllm_standin.rs"]
 mod standin;
+mod tenancy;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,6 +21,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
+use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::naming;
 use tinycode_operator::openshift::{Route, SecurityContextConstraints, scc_manifest};
@@ -60,6 +62,13 @@ fn main() {
         every_sample_reaches_running,
         two_replicas_one_leader_and_handover,
         openshift_schemas_accept_operator_objects,
+        tenant_forged_helm_records_are_never_trusted,
+        tenant_cluster_role_needs_a_cluster_admin_approval,
+        tenant_kubeconfig_copy_needs_the_owners_consent,
+        tenant_urls_cannot_reach_the_operator_host,
+        tenant_instances_are_closed_by_default,
+        tenant_deletion_completes_without_the_operators_rights,
+        legacy_release_moves_to_the_operator_namespace,
         no_permission_errors_in_any_scenario,
     ];
     let selected: Vec<_> =
@@ -143,7 +152,7 @@ async fn deploy(env: &Env, c: &Client, ns: &str, name: &str, spec: Value) -> Res
     apply_instance(c, ns, name, spec).await.ctx("apply instance")?;
     let release = naming::release_name(ns, name);
     wait_for(&format!("release {release} deployed"), WAIT, || async {
-        Ok(env.release(ns, &release)?.filter(|(_, s)| s == "deployed"))
+        Ok(env.release(&release)?.filter(|(_, s)| s == "deployed"))
     })
     .await?;
     get_instance(c, ns, name).await?.ok_or_else(|| "instance vanished".into())
@@ -172,8 +181,22 @@ async fn admission_rejects_invalid_instances(env: &mut Env) -> TestResult {
         (
             "c1",
             json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "cluster-admin"}}),
-            "never allowed",
+            "may not be admin, cluster-admin",
         ),
+        (
+            "c3",
+            json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "tinycode-operator-manager"}}),
+            "the operator's own roles",
+        ),
+        (
+            "c4",
+            json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "tinycode-scc-shell"}}),
+            "SCC use roles",
+        ),
+        ("c5", json!({"clusterAdmin": {"enabled": false, "clusterRole": "view"}}), "only in cluster-admin mode"),
+        ("u1", json!({"vllm": [{"name": "a", "url": "http://user:pw@vllm:8000"}]}), "spec.vllm"),
+        ("u2", json!({"git": {"url": "https://user:token@example.com/r.git"}}), "credentialsSecret"),
+        ("u3", json!({"ollama": {"host": "http://ollama:11434/?x=1"}}), "spec.ollama.host"),
         ("c2", json!({"clusterAdmin": {"enabled": true}}), "kubeconfigSecretName is required"),
         ("v1", json!({"vllm": [{"name": "a", "url": "http://a"}, {"name": "a", "url": "http://b"}]}), "must be unique"),
         ("v2", json!({"vllm": [{"name": "a", "url": "ftp://a"}]}), "spec.vllm[0].url"),
@@ -366,7 +389,7 @@ async fn basic_instance_converges(env: &mut Env) -> TestResult {
         "instance resourceVersion after a no-op reconcile (status rewritten?)",
     )?;
     ensure_eq(
-        env.release(&ns, &naming::release_name(&ns, "dev"))?.map(|r| r.0),
+        env.release(&naming::release_name(&ns, "dev"))?.map(|r| r.0),
         Some(1),
         "helm revision after a no-op reconcile",
     )?;
@@ -379,7 +402,7 @@ async fn spec_change_makes_one_revision_and_resync_none(env: &mut Env) -> TestRe
     prepare(&c, &ns).await?;
     deploy(env, &c, &ns, "dev", password_spec()).await?;
     let release = naming::release_name(&ns, "dev");
-    ensure_eq(env.release(&ns, &release)?.map(|r| r.0), Some(1), "first revision")?;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(1), "first revision")?;
 
     let mut spec = password_spec();
     spec["resources"] =
@@ -392,7 +415,7 @@ async fn spec_change_makes_one_revision_and_resync_none(env: &mut Env) -> TestRe
     })
     .await?;
     wait_for("revision 2 deployed", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r == &(2, "deployed".to_string())))
+        Ok(env.release(&release)?.filter(|r| r == &(2, "deployed".to_string())))
     })
     .await?;
 
@@ -407,7 +430,7 @@ async fn spec_change_makes_one_revision_and_resync_none(env: &mut Env) -> TestRe
         .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     ensure_eq(
-        env.release(&ns, &release)?,
+        env.release(&release)?,
         Some((2, "deployed".to_string())),
         "release after resync (unchanged spec must not upgrade)",
     )?;
@@ -452,7 +475,7 @@ async fn deleted_or_edited_children_are_repaired(env: &mut Env) -> TestResult {
     wait_for("the NetworkPolicy to be re-created", WAIT, || async { policies.get_opt("dev-tinycode").await.ctx("np") })
         .await?;
 
-    let rev = env.release(&ns, &release)?.ok_or("release gone")?;
+    let rev = env.release(&release)?.ok_or("release gone")?;
     ensure(rev.1 == "deployed" && rev.0 >= 3, format!("each repair is a helm revision; release is {rev:?}"))?;
     Ok(())
 }
@@ -475,7 +498,7 @@ async fn unprepared_namespace_fails_then_recovers(env: &mut Env) -> TestResult {
     prepare(&c, &ns).await?;
     let release = naming::release_name(&ns, "dev");
     wait_for("release deployed after preparation", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     wait_phase(&c, &ns, "dev", "Deploying").await?;
@@ -496,7 +519,7 @@ async fn missing_password_secret_fails_then_recovers(env: &mut Env) -> TestResul
         )),
         format!("message lacks the fix: {message}"),
     )?;
-    ensure(env.release(&ns, &naming::release_name(&ns, "dev"))?.is_none(), "helm ran although the Secret is missing")?;
+    ensure(env.release(&naming::release_name(&ns, "dev"))?.is_none(), "helm ran although the Secret is missing")?;
 
     let secrets: Api<Secret> = Api::namespaced(c.clone(), &ns);
     let wrong: Secret =
@@ -517,7 +540,7 @@ async fn missing_password_secret_fails_then_recovers(env: &mut Env) -> TestResul
         .ctx("fix secret")?;
     let release = naming::release_name(&ns, "dev");
     wait_for("release deployed after the Secret exists", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     let inst = wait_phase(&c, &ns, "dev", "Deploying").await?;
@@ -537,10 +560,7 @@ async fn disallowed_registry_fails_without_applying_then_recovers(env: &mut Env)
     let (_, reason, message) = ready(&inst);
     ensure_eq(reason.as_str(), "InvalidSpec", "reason")?;
     ensure(message.contains("spec.image") && message.contains("quay.io, ghcr.io"), format!("message: {message}"))?;
-    ensure(
-        env.release(&ns, &naming::release_name(&ns, "dev"))?.is_none(),
-        "a release was installed for an invalid spec",
-    )?;
+    ensure(env.release(&naming::release_name(&ns, "dev"))?.is_none(), "a release was installed for an invalid spec")?;
     ensure(
         Api::<RoleBinding>::namespaced(c.clone(), &ns)
             .get_opt("dev-tinycode-scc-restricted")
@@ -553,7 +573,7 @@ async fn disallowed_registry_fails_without_applying_then_recovers(env: &mut Env)
     apply_instance(&c, &ns, "dev", spec).await.ctx("fix image")?;
     let release = naming::release_name(&ns, "dev");
     wait_for("release deployed after the fix", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     Ok(())
@@ -583,7 +603,7 @@ async fn privileged_tier_needs_namespace_approval(env: &mut Env) -> TestResult {
         .ctx("approve")?;
     let release = naming::release_name(&ns, "dev");
     wait_for("release deployed after approval", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     let grant =
@@ -646,7 +666,7 @@ async fn delete_keeps_pvcs_and_a_new_instance_adopts_them(env: &mut Env) -> Test
 
     delete_and_wait_gone(&c, &ns, "dev").await?;
     let release = naming::release_name(&ns, "dev");
-    ensure(env.release(&ns, &release)?.is_none(), "release still installed")?;
+    ensure(env.release(&release)?.is_none(), "release still installed")?;
     ensure(!secret_exists(&c, &ns, &format!("sh.helm.release.v1.{release}.v1")).await?, "release record left behind")?;
     ensure(
         Api::<Route>::namespaced(c.clone(), &ns).get_opt("dev-tinycode").await.ctx("route")?.is_none(),
@@ -706,16 +726,16 @@ async fn operator_killed_mid_upgrade_converges(env: &mut Env) -> TestResult {
         json!({"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}});
     apply_instance(&c, &ns, "dev", spec).await.ctx("change spec")?;
     wait_for("the upgrade to be pending", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "pending-upgrade"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "pending-upgrade"))
     })
     .await?;
     env.kill_operator();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    ensure_eq(env.release(&ns, &release)?.map(|r| r.1), Some("pending-upgrade".to_string()), "release after the kill")?;
+    ensure_eq(env.release(&release)?.map(|r| r.1), Some("pending-upgrade".to_string()), "release after the kill")?;
 
     env.start_operator()?;
     wait_for("the release to be deployed again", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
@@ -745,16 +765,16 @@ async fn sigterm_during_helm_upgrade_leaves_no_pending_release(env: &mut Env) ->
         json!({"limits": {"cpu": "2", "memory": "5Gi"}, "requests": {"cpu": "200m", "memory": "512Mi"}});
     apply_instance(&c, &ns, "dev", spec).await.ctx("change spec")?;
     wait_for("the upgrade to be pending", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "pending-upgrade"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "pending-upgrade"))
     })
     .await?;
     let status = env.terminate_operator(Duration::from_secs(40))?;
     ensure(status.success(), format!("the operator exited with {status} on SIGTERM"))?;
-    let state = env.release(&ns, &release)?.ok_or("release gone")?;
+    let state = env.release(&release)?.ok_or("release gone")?;
     ensure(!state.1.starts_with("pending"), format!("release left {} after SIGTERM", state.1))?;
     env.start_operator()?;
     wait_for("the release to be deployed again", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     Ok(())
@@ -992,7 +1012,7 @@ async fn cluster_admin_kubeconfig_is_checked_and_copied(env: &mut Env) -> TestRe
     put_secret(&c, &ns, "kc", json!({"kubeconfig": kubeconfig(2, token)})).await?;
     let release = naming::release_name(&ns, "dev");
     wait_for("release deployed once the Secret exists", WAIT, || async {
-        Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
     })
     .await?;
     let inst = wait_phase(&c, &ns, "dev", "Deploying").await?;
@@ -1019,6 +1039,15 @@ async fn cluster_admin_kubeconfig_is_checked_and_copied(env: &mut Env) -> TestRe
     let admins = env.ns("admins");
     prepare(&c, &admins).await?;
     put_secret(&c, &admins, "shared-kc", json!({"config": kubeconfig(1, "eyJhbGciOi.payload.signature")})).await?;
+    // Its owner shares it with the instance namespace (without that, nothing is copied: see the tenancy scenarios).
+    env.kubectl(&[
+        "annotate",
+        "secret",
+        "shared-kc",
+        "-n",
+        &admins,
+        &format!("tinycode.dev/kubeconfig-share-with={ns}"),
+    ])?;
     spec["clusterAdmin"] = json!({"enabled": true, "kubeconfigSecretName": "shared-kc", "kubeconfigSecretKey": "config", "kubeconfigNamespace": admins});
     deploy(env, &c, &ns, "copy", spec).await?;
     let secrets: Api<Secret> = Api::namespaced(c.clone(), &ns);
@@ -1087,7 +1116,7 @@ async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
     for name in &names {
         let release = naming::release_name(&ns, name);
         wait_for(&format!("release of sample {name}"), WAIT, || async {
-            Ok(env.release(&ns, &release)?.filter(|r| r.1 == "deployed"))
+            Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
         })
         .await?;
         mark_available(&c, &ns, &format!("{name}-tinycode")).await?;
