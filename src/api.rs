@@ -142,6 +142,11 @@ pub struct TinycodeInstanceSpec {
 
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<Git>,
+
+    /// Pause the operator for this instance (maintenance): no helm runs and no
+    /// writes to its objects until it is false again; deletion still cleans up.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -284,6 +289,10 @@ pub struct Auth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub password_secret: Option<String>,
+    /// The last `tinycode.dev/reconcile-requested-at` value handled (a full
+    /// reconcile, helm included, ran for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -426,6 +435,10 @@ pub struct TinycodeInstanceStatus {
     /// the password: spec.auth.passwordSecret, or the one the operator generated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret: Option<String>,
+    /// The last `tinycode.dev/reconcile-requested-at` value handled (a full
+    /// reconcile, helm included, ran for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -435,6 +448,7 @@ pub enum Phase {
     Running,
     Failed,
     Terminating,
+    Suspended,
 }
 
 impl Phase {
@@ -445,6 +459,7 @@ impl Phase {
             Phase::Running => "Running",
             Phase::Failed => "Failed",
             Phase::Terminating => "Terminating",
+            Phase::Suspended => "Suspended",
         }
     }
 }

@@ -104,6 +104,10 @@ pub struct SettingsArgs {
     /// The bundled chart.
     #[arg(long, env = "HELM_CHART_PATH", default_value = "helm-charts/tinycode")]
     pub chart_path: PathBuf,
+    /// Helm failures allowed for one rendering (spec, chart, operator version) before the
+    /// instance is Stalled; a changed spec or tinycode.dev/reconcile-requested-at tries again.
+    #[arg(long, env = "TINYCODE_MAX_RETRIES", default_value_t = 5)]
+    pub max_retries: u32,
     /// Longest a helm run may take.
     #[arg(long, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
     pub helm_timeout_seconds: u64,
@@ -172,6 +176,9 @@ impl SettingsArgs {
             helm_bin: self.helm_bin.clone(),
             chart_path: self.chart_path.clone(),
             helm_timeout: Duration::from_secs(self.helm_timeout_seconds),
+            // A missing chart fails at the first helm run with a clear message.
+            chart_digest: crate::digest::chart_digest(&self.chart_path).unwrap_or_default(),
+            max_retries: self.max_retries,
             blocked_requeue: Duration::from_secs(self.blocked_requeue_seconds),
             ollama_image: self.ollama_image.clone(),
             ollama_models_size: self.ollama_models_size.clone(),

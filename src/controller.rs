@@ -16,7 +16,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -32,11 +34,12 @@ use crate::health::HealthState;
 use crate::helm::Helm;
 use crate::metrics::Metrics;
 use crate::openshift::{Route, SecurityContextConstraints};
+use crate::remediation::RetryBudget;
 use crate::scc::{ALL_TIERS, SccTier};
 use crate::settings::Settings;
 use crate::status::{self, Desired, Observed};
-use crate::values::{self, Approved, InstanceRef, Values, VolumeSource};
-use crate::{FIELD_MANAGER, approval, config, naming, prepare, release, route, scc, validation, vllm};
+use crate::values::{self, Approved, InstanceRef, Values};
+use crate::{FIELD_MANAGER, approval, config, manifest, naming, prepare, release, route, scc, validation, vllm};
 
 /// Annotation on the Deployment holding the digest of the values it was rendered from.
 pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
@@ -60,6 +63,11 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub prober: vllm::Prober,
     failures: Mutex<HashMap<ObjectRef<TinycodeInstance>, u32>>,
+    /// Helm failures per instance and rendering (the Stalled decision).
+    retries: Mutex<RetryBudget<ObjectRef<TinycodeInstance>>>,
+    /// Objects each release revision rendered, by record name (a revision's
+    /// manifest never changes, so each record is decoded once).
+    manifests: Mutex<HashMap<String, Arc<Vec<manifest::ObjectRef>>>>,
 }
 
 impl Context {
@@ -69,7 +77,18 @@ impl Context {
         // instance does not flood its namespace with events.
         let recorder = Recorder::new(client.clone(), reporter);
         let prober = vllm::Prober::new(settings.probes.clone());
-        Self { client, settings, helm, recorder, metrics, prober, failures: Mutex::default() }
+        let retries = Mutex::new(RetryBudget::new(settings.max_retries));
+        Self {
+            client,
+            settings,
+            helm,
+            recorder,
+            metrics,
+            prober,
+            failures: Mutex::default(),
+            retries,
+            manifests: Mutex::default(),
+        }
     }
 
     async fn event(&self, inst: &TinycodeInstance, type_: EventType, reason: &str, action: &str, note: String) {
@@ -208,13 +227,15 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
             let message = err.to_string();
             let generation = inst.metadata.generation;
-            let extra: Vec<Desired> =
-                if err.reason().starts_with("Kubeconfig") || err.reason() == "ClusterRoleNotApproved" {
-                    vec![Desired::new(status::CLUSTER_ADMIN_READY, false, err.reason(), message.clone())]
-                } else {
-                    vec![]
-                };
-            let status = status::failed(inst.status.as_ref(), err.reason(), &message, &extra, &now(), generation);
+            let mut extra: Vec<Desired> = status::progress(&err);
+            if err.reason().starts_with("Kubeconfig") || err.reason() == "ClusterRoleNotApproved" {
+                extra.push(Desired::new(status::CLUSTER_ADMIN_READY, false, err.reason(), message.clone()));
+            }
+            let mut status = status::failed(inst.status.as_ref(), err.reason(), &message, &extra, &now(), generation);
+            if matches!(err, Error::Helm(_) | Error::Stalled(_)) {
+                // A requested reconcile ran helm, even if helm failed.
+                status.last_handled_reconcile_at = reconcile_request(inst).or(status.last_handled_reconcile_at.clone());
+            }
             if let Err(e) = patch_status(ctx, inst, &status).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
             }
@@ -234,8 +255,11 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let spec = &inst.spec;
     let client = &ctx.client;
 
-    // 1. validate (pure)
+    // 1. validate (pure); a suspended instance stops here
     let mut warnings = validation::validate(&name, &ns, spec, &ctx.settings)?;
+    if spec.suspend {
+        return suspended(inst, ctx).await;
+    }
 
     // 2. the namespace: opted in, prepared, tier approved
     let namespace = Api::<Namespace>::all(client.clone()).get(&ns).await?;
@@ -278,14 +302,15 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             }
         };
     let discovery_namespaces = approved_discovery(ctx, &ns, spec, &mut warnings).await?;
-    let approved = Approved { cluster_role, discovery_namespaces };
 
     // 4. Secrets the instance refers to
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    // Digests of what the pods mount, so a rotated Secret rolls them.
+    let mut mounted: Vec<String> = Vec::new();
     if spec.auth.password_secret.as_deref().is_none_or(str::is_empty) {
-        ensure_generated_password(ctx, inst, &name, &ns).await?;
+        mounted.push(ensure_generated_password(ctx, inst, &name, &ns).await?);
     } else if let Some(pw) = &spec.auth.password_secret {
-        let keys = secret_keys(&secrets, pw).await?;
+        let keys = secret_keys(&secrets, pw, &mut mounted).await?;
         match keys {
             None => {
                 return Err(Error::blocked(
@@ -309,7 +334,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     if let Some(git) = &spec.git
         && let Some(cred) = &git.credentials_secret
     {
-        match secret_keys(&secrets, cred).await? {
+        match secret_keys(&secrets, cred, &mut mounted).await? {
             None => {
                 return Err(Error::blocked(
                     "GitCredentialsMissing",
@@ -326,8 +351,16 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             }
         }
     }
-    let cluster_admin_condition =
-        if spec.cluster_admin.enabled { Some(check_kubeconfig(ctx, inst, &name, &ns).await?) } else { None };
+    let cluster_admin_condition = if spec.cluster_admin.enabled {
+        Some(check_kubeconfig(ctx, inst, &name, &ns, &mut mounted).await?)
+    } else {
+        None
+    };
+    let approved = Approved {
+        cluster_role,
+        discovery_namespaces,
+        secrets_digest: values::sha256_hex(mounted.join("\n").as_bytes()),
+    };
 
     // 5. SCC grant (RBAC, one RoleBinding per instance and tier)
     let owner = owner_reference(inst);
@@ -374,7 +407,11 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         observed_generation: generation,
         conditions: status::merge_conditions(
             &prev.conditions,
-            &std::iter::once(ready).chain(vllm_conditions).chain(cluster_admin_condition).collect::<Vec<_>>(),
+            &std::iter::once(ready)
+                .chain(vllm_conditions)
+                .chain(cluster_admin_condition)
+                .chain(status::progress_ok(phase))
+                .collect::<Vec<_>>(),
             &now(),
             generation,
         ),
@@ -382,6 +419,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         helm_revision: Some(revision),
         scc: Some(tier.scc_name()),
         password_secret: Some(values.auth.password_secret.clone()),
+        last_handled_reconcile_at: reconcile_request(inst).or(prev.last_handled_reconcile_at.clone()),
     };
     if prev.phase != Some(Phase::Running) && phase == Phase::Running {
         let note =
@@ -398,7 +436,13 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
 /// instance namespace for the pod. Without that consent nothing is copied (a
 /// copy made earlier is removed) and the message says nothing about whether
 /// the Secret exists.
-async fn check_kubeconfig(ctx: &Context, inst: &TinycodeInstance, name: &str, ns: &str) -> Result<Desired, Error> {
+async fn check_kubeconfig(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    name: &str,
+    ns: &str,
+    digests: &mut Vec<String>,
+) -> Result<Desired, Error> {
     let ca = &inst.spec.cluster_admin;
     let secret_name = ca.kubeconfig_secret_name.clone().unwrap_or_default();
     let key = &ca.kubeconfig_secret_key;
@@ -429,6 +473,7 @@ async fn check_kubeconfig(ctx: &Context, inst: &TinycodeInstance, name: &str, ns
             ),
         ));
     };
+    digests.push(secret_digest(&secret));
     let data = secret.data.unwrap_or_default();
     let Some(bytes) = data.get(key) else {
         return Err(Error::blocked(
@@ -543,12 +588,17 @@ async fn discover_vllm(ctx: &Context, ns: &str, others: &[String]) -> Vec<(Strin
 
 /// Creates `<name>-tinycode-password` once, with a random password, owned by
 /// the instance; an existing one is kept (spec changes never rotate it).
-async fn ensure_generated_password(ctx: &Context, inst: &TinycodeInstance, name: &str, ns: &str) -> Result<(), Error> {
+async fn ensure_generated_password(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    name: &str,
+    ns: &str,
+) -> Result<String, Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let secret_name = naming::generated_password(name);
     if let Some(existing) = secrets.get_opt(&secret_name).await? {
-        if existing.data.unwrap_or_default().contains_key(GENERATED_PASSWORD_KEY) {
-            return Ok(());
+        if existing.data.as_ref().is_some_and(|d| d.contains_key(GENERATED_PASSWORD_KEY)) {
+            return Ok(secret_digest(&existing));
         }
         return Err(Error::blocked(
             "PasswordSecretInvalid",
@@ -572,7 +622,7 @@ async fn ensure_generated_password(ctx: &Context, inst: &TinycodeInstance, name:
     };
     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match secrets.create(&params, &secret).await {
-        Ok(_) => {
+        Ok(created) => {
             ctx.event(
                 inst,
                 EventType::Normal,
@@ -581,18 +631,20 @@ async fn ensure_generated_password(ctx: &Context, inst: &TinycodeInstance, name:
                 format!("no spec.auth.passwordSecret: generated a password in Secret {secret_name}, key {GENERATED_PASSWORD_KEY}"),
             )
             .await;
-            Ok(())
+            Ok(secret_digest(&created))
         }
         // Another worker or replica created it first: keep theirs.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(secret_digest(&secrets.get(&secret_name).await?)),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Runs `helm upgrade --install` unless the release is deployed with these
-/// values and its objects are intact. Returns the release's current revision.
-/// Release records are read from the operator's namespace only: records in
-/// the instance namespace are the tenant's to forge and are never trusted.
+/// values and its objects are intact (or a reconcile was requested). Returns
+/// the release's current revision. Release records are read from the
+/// operator's namespace only: records in the instance namespace are the
+/// tenant's to forge and are never trusted. Failures count against the
+/// rendering's retry budget; a failed upgrade after a success is rolled back.
 async fn ensure_release(
     ctx: &Context,
     inst: &TinycodeInstance,
@@ -620,6 +672,9 @@ async fn ensure_release(
         records.retain(|r| !r.is_pending());
     }
 
+    let request = reconcile_request(inst);
+    let requested =
+        request.is_some() && request != inst.status.as_ref().and_then(|s| s.last_handled_reconcile_at.clone());
     let mut migrate = false;
     let reason = match release::latest(&records) {
         None if installed_by_legacy_build(ctx, ns, name).await? => {
@@ -628,13 +683,38 @@ async fn ensure_release(
         }
         None => "release not installed".to_string(),
         Some(r) if r.status != "deployed" => format!("release is {}", r.status),
-        Some(r) => match drift(ctx, values, r.created).await? {
+        Some(_) if requested => format!("reconcile requested ({})", request.clone().unwrap_or_default()),
+        Some(r) => match drift(ctx, values, r).await? {
             Some(reason) => reason,
             None => return Ok(r.version),
         },
     };
+    let key = ObjectRef::from_obj(inst);
+    let attempt = format!("{}|{}", values.values_hash, request.unwrap_or_default());
+    if !ctx.retries.lock().expect("lock").may_run(&key, &attempt) {
+        return Err(Error::Stalled(format!(
+            "helm failed {} times for this spec and chart and is not run again until the spec, the chart or the annotation {} changes ({reason})",
+            ctx.retries.lock().expect("lock").max(),
+            status::RECONCILE_REQUEST_ANNOTATION
+        )));
+    }
     tracing::info!(release = release_name, reason = %reason, "applying helm release");
-    let applied = ctx.helm.upgrade_install(release_name, storage_ns, values, migrate).await?;
+    let applied = match ctx.helm.upgrade_install(release_name, storage_ns, values, migrate).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            let failures = ctx.retries.lock().expect("lock").failed(&key, &attempt);
+            roll_back_to_last_good(ctx, inst, release_name).await;
+            let max = ctx.retries.lock().expect("lock").max();
+            if failures >= max {
+                return Err(Error::Stalled(format!(
+                    "helm failed {failures} times for this spec and chart; fix the cause, then change the spec or set the annotation {} to a new value: {e}",
+                    status::RECONCILE_REQUEST_ANNOTATION
+                )));
+            }
+            return Err(e.into());
+        }
+    };
+    ctx.retries.lock().expect("lock").clear(&key);
     ctx.event(
         inst,
         EventType::Normal,
@@ -647,6 +727,37 @@ async fn ensure_release(
         finish_migration(ctx, inst, ns, name).await?;
     }
     Ok(applied.revision)
+}
+
+/// After a failed upgrade of a release that had worked, goes back to its
+/// last good revision, so the instance keeps running what worked. Best
+/// effort: a failure here is logged and the next attempt tries again.
+async fn roll_back_to_last_good(ctx: &Context, inst: &TinycodeInstance, release_name: &str) {
+    let storage_ns = &ctx.settings.operator_namespace;
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
+    let Ok(list) = api.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await
+    else {
+        return;
+    };
+    let records = release::records(&list.items.into_iter().map(|m| m.metadata).collect::<Vec<_>>());
+    let Some(failed) = release::latest(&records).filter(|r| r.status == "failed") else { return };
+    let Some(good) = release::last_good(&records, failed.version) else { return };
+    match ctx.helm.rollback(release_name, storage_ns, good.version).await {
+        Ok(()) => {
+            ctx.event(
+                inst,
+                EventType::Warning,
+                "HelmRolledBack",
+                "Helm",
+                format!(
+                    "revision {} of release {release_name} failed; rolled back to revision {}, the last that worked",
+                    failed.version, good.version
+                ),
+            )
+            .await
+        }
+        Err(e) => tracing::warn!(release = release_name, error = %e, "rollback failed"),
+    }
 }
 
 /// Whether the instance's objects belong to a release an earlier build kept
@@ -690,56 +801,40 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance, ns: &str, name
 }
 
 /// Why the deployed release no longer matches, if it does not: changed
-/// values, a missing child, or a child someone else edited.
-async fn drift(ctx: &Context, values: &Values, deployed_at: Option<Timestamp>) -> Result<Option<String>, Error> {
+/// values (or chart, or operator), or an object the release rendered that is
+/// missing or that another manager changed. The objects come from the
+/// release record itself, cluster-scoped ones included.
+async fn drift(ctx: &Context, values: &Values, record: &release::Record) -> Result<Option<String>, Error> {
     let ns = &values.instance.namespace;
-    let name = &values.instance.name;
-    let c = &ctx.client;
-    let fullname = naming::fullname(name);
-
-    let deployment = Api::<Deployment>::namespaced(c.clone(), ns).get_metadata_opt(&fullname).await?;
+    let fullname = naming::fullname(&values.instance.name);
+    let deployed_at = record.created;
+    let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns).get_metadata_opt(&fullname).await?;
     let Some(deployment) = deployment else { return Ok(Some(format!("Deployment {fullname} is missing"))) };
     let applied_hash = deployment.metadata.annotations.as_ref().and_then(|a| a.get(VALUES_HASH_ANNOTATION));
     if applied_hash != Some(&values.values_hash) {
-        return Ok(Some("values changed".into()));
+        return Ok(Some("values, chart or operator version changed".into()));
     }
     if let Some(m) = release::foreign_write_after(&deployment.metadata, deployed_at) {
         return Ok(Some(format!("Deployment {fullname} was changed by {m}")));
     }
-
-    let mut children: Vec<(&str, String)> = vec![
-        ("ServiceAccount", naming::service_account(name)),
-        ("Service", fullname.clone()),
-        ("NetworkPolicy", fullname.clone()),
-        ("Role", naming::discovery_role(name)),
-        ("RoleBinding", naming::discovery_role(name)),
-    ];
-    if !values.config.json.is_empty() {
-        children.push(("ConfigMap", naming::config_map(name)));
-    }
-    if values.storage.data_volume == VolumeSource::Pvc {
-        children.push(("PersistentVolumeClaim", naming::data_pvc(name)));
-    }
-    if values.storage.projects_volume == VolumeSource::Pvc {
-        children.push(("PersistentVolumeClaim", naming::projects_pvc(name)));
-    }
-    for (kind, child) in children {
-        let meta = match kind {
-            "ServiceAccount" => child_meta::<ServiceAccount>(c, ns, &child).await?,
-            "Service" => child_meta::<Service>(c, ns, &child).await?,
-            "NetworkPolicy" => child_meta::<NetworkPolicy>(c, ns, &child).await?,
-            "Role" => child_meta::<Role>(c, ns, &child).await?,
-            "RoleBinding" => child_meta::<RoleBinding>(c, ns, &child).await?,
-            "ConfigMap" => child_meta::<ConfigMap>(c, ns, &child).await?,
-            _ => child_meta::<PersistentVolumeClaim>(c, ns, &child).await?,
+    for obj in rendered_objects(ctx, record).await?.iter() {
+        if obj.kind == "Deployment" && obj.name == fullname && obj.namespace == *ns {
+            continue;
+        }
+        let (group, version) = obj.api_version.split_once('/').unwrap_or(("", obj.api_version.as_str()));
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &obj.kind));
+        let api: Api<DynamicObject> = if obj.namespace.is_empty() {
+            Api::all_with(ctx.client.clone(), &resource)
+        } else {
+            Api::namespaced_with(ctx.client.clone(), &obj.namespace, &resource)
         };
-        match meta {
-            None => return Ok(Some(format!("{kind} {child} is missing"))),
+        match api.get_metadata_opt(&obj.name).await? {
+            None => return Ok(Some(format!("{} is missing", obj.describe()))),
             // PVC specs are immutable and their status churns; only existence matters.
-            Some(_) if kind == "PersistentVolumeClaim" => {}
+            Some(_) if obj.kind == "PersistentVolumeClaim" => {}
             Some(m) => {
-                if let Some(manager) = release::foreign_write_after(&m, deployed_at) {
-                    return Ok(Some(format!("{kind} {child} was changed by {manager}")));
+                if let Some(manager) = release::foreign_write_after(&m.metadata, deployed_at) {
+                    return Ok(Some(format!("{} was changed by {manager}", obj.describe())));
                 }
             }
         }
@@ -747,15 +842,53 @@ async fn drift(ctx: &Context, values: &Values, deployed_at: Option<Timestamp>) -
     Ok(None)
 }
 
-async fn child_meta<K>(
-    client: &Client,
-    ns: &str,
-    name: &str,
-) -> Result<Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>, Error>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    Ok(Api::<K>::namespaced(client.clone(), ns).get_metadata_opt(name).await?.map(|m| m.metadata))
+/// The objects a release revision rendered, decoded once per record.
+async fn rendered_objects(ctx: &Context, record: &release::Record) -> Result<Arc<Vec<manifest::ObjectRef>>, Error> {
+    if let Some(objs) = ctx.manifests.lock().expect("lock").get(&record.secret_name) {
+        return Ok(objs.clone());
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace);
+    let secret = api.get(&record.secret_name).await?;
+    let data = secret.data.unwrap_or_default();
+    let field = data.get("release").map(|b| b.0.as_slice()).unwrap_or_default();
+    let objs = Arc::new(manifest::objects_from_record(field).map_err(|e| {
+        Error::blocked("ReleaseRecordUnreadable", format!("release record {}: {e}", record.secret_name))
+    })?);
+    let mut cache = ctx.manifests.lock().expect("lock");
+    if cache.len() > 4096 {
+        cache.clear();
+    }
+    cache.insert(record.secret_name.clone(), objs.clone());
+    Ok(objs)
+}
+
+/// A suspended instance: nothing applied, status says so.
+async fn suspended(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
+    let prev = inst.status.clone().unwrap_or_default();
+    let generation = inst.metadata.generation;
+    let ready = Desired::new(
+        status::READY,
+        false,
+        "Suspended",
+        "spec.suspend is true: the operator runs no helm and writes nothing for this instance until it is false",
+    );
+    let conditions: Vec<Desired> = std::iter::once(ready).chain(status::progress_ok(Phase::Suspended)).collect();
+    let st = TinycodeInstanceStatus {
+        phase: Some(Phase::Suspended),
+        observed_generation: generation,
+        conditions: status::merge_conditions(&prev.conditions, &conditions, &now(), generation),
+        ..prev.clone()
+    };
+    if inst.status.as_ref() != Some(&st) {
+        patch_status(ctx, inst, &st).await?;
+    }
+    ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
+    Ok(Action::await_change())
+}
+
+/// The value of the reconcile-request annotation, if set.
+fn reconcile_request(inst: &TinycodeInstance) -> Option<String> {
+    inst.metadata.annotations.as_ref().and_then(|a| a.get(status::RECONCILE_REQUEST_ANNOTATION)).cloned()
 }
 
 /// Delete path: Terminating → helm uninstall → grants, Route and copies
@@ -913,13 +1046,27 @@ async fn check_prepared(ctx: &Context, ns: &str) -> Result<(), Error> {
     ))
 }
 
-/// Keys of a Secret (never its values), or None when it does not exist.
-async fn secret_keys(api: &Api<Secret>, name: &str) -> Result<Option<Vec<String>>, Error> {
+/// Keys of a Secret (never its values), or None when it does not exist; the
+/// digest of its content goes to `digests`.
+async fn secret_keys(api: &Api<Secret>, name: &str, digests: &mut Vec<String>) -> Result<Option<Vec<String>>, Error> {
     Ok(api.get_opt(name).await?.map(|s| {
+        digests.push(secret_digest(&s));
         let mut keys: Vec<String> = s.data.unwrap_or_default().into_keys().collect();
         keys.extend(s.string_data.unwrap_or_default().into_keys());
         keys
     }))
+}
+
+/// sha256 of a Secret's name and content (sorted keys); never logged.
+fn secret_digest(secret: &Secret) -> String {
+    let mut bytes = secret.metadata.name.clone().unwrap_or_default().into_bytes();
+    for (k, v) in secret.data.iter().flatten() {
+        bytes.push(0);
+        bytes.extend_from_slice(k.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(&v.0);
+    }
+    values::sha256_hex(&bytes)
 }
 
 fn observe(deployment: Option<&Deployment>, route: &Route, desired_replicas: i32) -> Observed {

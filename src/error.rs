@@ -24,6 +24,11 @@ pub enum Error {
     /// Helm failed: retried with backoff.
     #[error(transparent)]
     Helm(#[from] HelmError),
+
+    /// Helm failed as often as the retry budget allows for this rendering: no
+    /// more helm runs until the spec, the chart or the reconcile request changes.
+    #[error("{0}")]
+    Stalled(String),
 }
 
 /// The apiserver's own message (what was refused and why), not the debug dump.
@@ -57,12 +62,13 @@ impl Error {
             Error::Blocked { reason, .. } => reason,
             Error::Kube(_) => "KubernetesApiError",
             Error::Helm(_) => "HelmFailed",
+            Error::Stalled(_) => "RetriesExhausted",
         }
     }
 
     pub fn retry(&self) -> Retry {
         match self {
-            Error::InvalidSpec(_) => Retry::OnChange,
+            Error::InvalidSpec(_) | Error::Stalled(_) => Retry::OnChange,
             Error::Blocked { .. } => Retry::Slowly,
             Error::Kube(_) | Error::Helm(_) => Retry::Backoff,
         }

@@ -142,6 +142,13 @@ impl Helm {
         Ok(Applied { revision })
     }
 
+    /// Rolls a release back to `revision` (a new revision with its manifest).
+    pub async fn rollback(&self, release: &str, storage_namespace: &str, revision: i64) -> Result<(), HelmError> {
+        let revision = revision.to_string();
+        let args = ["rollback", release, &revision, "--namespace", storage_namespace, "--no-hooks"];
+        self.run("rollback", storage_namespace, release, &args).await.map(drop)
+    }
+
     /// Uninstalls a release stored in `storage_namespace`; one that does not
     /// exist counts as uninstalled.
     pub async fn uninstall(&self, release: &str, storage_namespace: &str) -> Result<(), HelmError> {

@@ -51,6 +51,15 @@ pub fn latest(records: &[Record]) -> Option<&Record> {
     records.iter().max_by_key(|r| r.version)
 }
 
+/// The newest revision before `failed` that was deployed (now `deployed` or
+/// `superseded`): where a failed upgrade rolls back to.
+pub fn last_good(records: &[Record], failed: i64) -> Option<&Record> {
+    records
+        .iter()
+        .filter(|r| r.version < failed && (r.status == "deployed" || r.status == "superseded"))
+        .max_by_key(|r| r.version)
+}
+
 /// A manager other than ours that wrote the object since `since`, if any.
 /// Status writes (a subresource) are not drift. Times have one-second
 /// resolution, so a write in the release's own second counts: at worst that
@@ -104,6 +113,18 @@ mod tests {
         let l = latest(&rs).unwrap();
         assert_eq!((l.version, l.is_pending()), (10, true));
         assert!(!rs[0].is_pending());
+    }
+
+    #[test]
+    fn last_good_is_the_newest_deployed_or_superseded_before_the_failure() {
+        let rs = records(&[
+            secret("v1", "1", "superseded", 1),
+            secret("v2", "2", "deployed", 2),
+            secret("v3", "3", "failed", 3),
+        ]);
+        assert_eq!(last_good(&rs, 3).map(|r| r.version), Some(2));
+        assert_eq!(last_good(&rs, 2).map(|r| r.version), Some(1));
+        assert_eq!(last_good(&rs, 1), None, "a first install has nothing to go back to");
     }
 
     fn entry(manager: &str, at: i64, subresource: Option<&str>) -> ManagedFieldsEntry {

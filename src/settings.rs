@@ -20,6 +20,10 @@ pub struct Settings {
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
+    /// The chart's digest (see [`crate::digest`]); part of every values hash.
+    pub chart_digest: String,
+    /// Helm failures allowed per rendering before the instance is Stalled.
+    pub max_retries: u32,
     /// Delay before re-checking an instance blocked on something outside its spec.
     pub blocked_requeue: Duration,
     pub ollama_image: String,
@@ -38,6 +42,8 @@ impl Default for Settings {
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),
             helm_timeout: Duration::from_secs(120),
+            chart_digest: String::new(),
+            max_retries: 5,
             blocked_requeue: Duration::from_secs(30),
             ollama_image: "docker.io/ollama/ollama:latest".into(),
             ollama_models_size: "20Gi".into(),

@@ -8,6 +8,12 @@ pub const READY: &str = "Ready";
 pub const VLLM_WARNING: &str = "VllmWarning";
 pub const VLLM_CONFIG_READY: &str = "VllmConfigReady";
 pub const CLUSTER_ADMIN_READY: &str = "ClusterAdminReady";
+/// kstatus: work is in progress (a rollout, a helm run to retry).
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: the operator gave up until something changes.
+pub const STALLED: &str = "Stalled";
+/// Annotation whose changed value asks for one full reconcile, helm included.
+pub const RECONCILE_REQUEST_ANNOTATION: &str = "tinycode.dev/reconcile-requested-at";
 
 /// A condition as the reconcile wants it, before transition times.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +102,45 @@ pub fn workload_status(observed: &Observed, warnings: &[String]) -> (Phase, Opti
     (Phase::Running, url, Desired::new(READY, true, "Available", message))
 }
 
+/// kstatus conditions for a reconcile that ended in `err`: Stalled when only
+/// a change can help, Reconciling while the operator keeps trying.
+pub fn progress(err: &crate::error::Error) -> Vec<Desired> {
+    use crate::error::Error;
+    let reason = err.reason();
+    match err {
+        Error::Stalled(m) => vec![
+            Desired::new(
+                RECONCILING,
+                false,
+                reason,
+                "gave up until the spec, the chart or the reconcile request changes",
+            ),
+            Desired::new(STALLED, true, reason, m.clone()),
+        ],
+        Error::InvalidSpec(_) => vec![
+            Desired::new(RECONCILING, false, reason, "waiting for a valid spec"),
+            Desired::new(STALLED, true, reason, err.to_string()),
+        ],
+        _ => vec![
+            Desired::new(RECONCILING, true, reason, "retrying"),
+            Desired::new(STALLED, false, reason, "the operator keeps retrying"),
+        ],
+    }
+}
+
+/// kstatus conditions for a reconcile that succeeded with `phase`.
+pub fn progress_ok(phase: Phase) -> Vec<Desired> {
+    let (reconciling, message) = match phase {
+        Phase::Running => (false, "the release is applied and the Deployment is available"),
+        Phase::Suspended => (false, "spec.suspend is true: nothing is applied"),
+        _ => (true, "waiting for the Deployment to roll out"),
+    };
+    vec![
+        Desired::new(RECONCILING, reconciling, if reconciling { "Progressing" } else { phase.as_str() }, message),
+        Desired::new(STALLED, false, "Progressing", "nothing is stuck"),
+    ]
+}
+
 /// Status for a failure, keeping what is still true (URL, release revision).
 pub fn failed(
     previous: Option<&TinycodeInstanceStatus>,
@@ -130,6 +175,8 @@ fn leak_type(t: &str) -> &'static str {
         VLLM_WARNING => VLLM_WARNING,
         VLLM_CONFIG_READY => VLLM_CONFIG_READY,
         CLUSTER_ADMIN_READY => CLUSTER_ADMIN_READY,
+        RECONCILING => RECONCILING,
+        STALLED => STALLED,
         _ => READY,
     }
 }
@@ -199,6 +246,22 @@ mod tests {
         assert_eq!(workload_status(&o, &[]).1.as_deref(), Some("https://dev.apps.example.com"));
         o.tls = false;
         assert_eq!(workload_status(&o, &[]).1.as_deref(), Some("http://dev.apps.example.com"));
+    }
+
+    #[test]
+    fn kstatus_conditions_follow_the_outcome() {
+        use crate::error::Error;
+        let stalled = progress(&Error::Stalled("helm failed 5 times: boom".into()));
+        assert_eq!((stalled[0].type_, stalled[0].status), (RECONCILING, false));
+        assert_eq!(
+            (stalled[1].type_, stalled[1].status, stalled[1].message.as_str()),
+            (STALLED, true, "helm failed 5 times: boom")
+        );
+        let retrying = progress(&Error::blocked("SecretMissing", "create it"));
+        assert_eq!((retrying[0].status, retrying[1].status), (true, false));
+        let ok = progress_ok(Phase::Running);
+        assert_eq!((ok[0].status, ok[1].status), (false, false));
+        assert!(progress_ok(Phase::Deploying)[0].status);
     }
 
     #[test]

@@ -25,8 +25,11 @@ use crate::settings::Settings;
 )]
 pub struct Values {
     pub instance: InstanceValues,
-    /// Digest of every other value; annotated on the Deployment so the operator can tell what was applied.
+    /// Digest of every other value, the chart and the operator version;
+    /// annotated on the Deployment so the operator can tell what was applied.
     pub values_hash: String,
+    /// Digest of the mounted Secrets' content (never the content): a pod template annotation.
+    pub secrets_checksum: String,
     pub image: String,
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
@@ -205,6 +208,9 @@ pub struct Approved {
     pub cluster_role: Option<String>,
     /// Other namespaces that opened their Services to discovery.
     pub discovery_namespaces: Vec<String>,
+    /// Digest of the content of the Secrets the pods mount (password, git
+    /// credentials, kubeconfig), so a rotated Secret rolls the pods.
+    pub secrets_digest: String,
 }
 
 /// Maps a (validated) spec to chart values; `config_json` is the generated config, if any.
@@ -238,6 +244,7 @@ pub fn build(
             cluster_scoped_prefix: naming::cluster_scoped_prefix(inst.namespace, inst.name),
         },
         values_hash: String::new(),
+        secrets_checksum: approved.secrets_digest.clone(),
         image: spec.image.clone(),
         replicas: spec.replicas,
         resources: ResourcesValues {
@@ -319,15 +326,23 @@ pub fn build(
         scc: SccValues { tier, name: tier.scc_name() },
         config: ConfigValues { json, checksum },
     };
-    values.values_hash = hash(&values);
+    values.values_hash = hash(&values, &rendering(settings));
     values
 }
 
-/// Digest of the values with `valuesHash` itself blanked.
-pub fn hash(values: &Values) -> String {
+/// What besides the values decides the rendering: the chart and the operator.
+pub fn rendering(settings: &Settings) -> String {
+    format!("chart {} operator {}", settings.chart_digest, crate::digest::OPERATOR_VERSION)
+}
+
+/// Digest of the values with `valuesHash` itself blanked, and of `rendering`.
+pub fn hash(values: &Values, rendering: &str) -> String {
     let mut v = values.clone();
     v.values_hash = String::new();
-    sha256_hex(&serde_json::to_vec(&v).expect("values serialise"))
+    let mut bytes = serde_json::to_vec(&v).expect("values serialise");
+    bytes.push(0);
+    bytes.extend_from_slice(rendering.as_bytes());
+    sha256_hex(&bytes)
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -378,6 +393,7 @@ mod tests {
         for key in [
             "instance",
             "valuesHash",
+            "secretsChecksum",
             "image",
             "replicas",
             "resources",
@@ -436,7 +452,11 @@ mod tests {
                                       "discovery": {"namespaces": ["models", "other", "*"]}});
         let v = values(spec.clone());
         assert_eq!((v.cluster_admin.cluster_role.as_str(), v.discovery.namespaces.len()), ("", 0));
-        let approved = Approved { cluster_role: Some("view".into()), discovery_namespaces: vec!["models".into()] };
+        let approved = Approved {
+            cluster_role: Some("view".into()),
+            discovery_namespaces: vec!["models".into()],
+            ..Approved::default()
+        };
         let v = build(&INST, &serde_json::from_value(spec).unwrap(), &Settings::default(), &approved, None);
         assert_eq!(v.cluster_admin.cluster_role, "view");
         assert_eq!(v.discovery.namespaces, vec!["models"]);
@@ -449,7 +469,13 @@ mod tests {
         let a = values(serde_json::json!({}));
         let b = values(serde_json::json!({}));
         assert_eq!(a.values_hash, b.values_hash);
-        assert_eq!(a.values_hash, hash(&a));
+        assert_eq!(a.values_hash, hash(&a, &rendering(&Settings::default())));
+        let new_chart = Settings { chart_digest: "0.1.1+abc".into(), ..Settings::default() };
+        let f = build(&INST, &Default::default(), &new_chart, &Approved::default(), None);
+        assert_ne!(a.values_hash, f.values_hash, "a new chart re-renders an unchanged spec");
+        let rotated = Approved { secrets_digest: "new".into(), ..Approved::default() };
+        let g = build(&INST, &Default::default(), &Settings::default(), &rotated, None);
+        assert_ne!(a.values_hash, g.values_hash, "a rotated Secret rolls the pods");
         let c = values(serde_json::json!({"replicas": 2, "storage": {"projectsAccessMode": "ReadWriteMany"}}));
         assert_ne!(a.values_hash, c.values_hash);
         let d = build(

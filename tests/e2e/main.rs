@@ -734,13 +734,15 @@ async fn operator_killed_mid_upgrade_converges(env: &mut Env) -> TestResult {
     ensure_eq(env.release(&release)?.map(|r| r.1), Some("pending-upgrade".to_string()), "release after the kill")?;
 
     env.start_operator()?;
-    wait_for("the release to be deployed again", WAIT, || async {
-        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
+    // The stale pending record is dropped first (the release then reads as
+    // revision 1, deployed) and the upgrade runs next: wait for its result.
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    wait_for("the upgrade to be applied after the restart", WAIT, || async {
+        let deployed = env.release(&release)?.is_some_and(|r| r.1 == "deployed");
+        let d = deployments.get("dev-tinycode").await.ctx("deployment")?;
+        Ok((deployed && memory_limit(&d).as_deref() == Some("4Gi")).then_some(()))
     })
-    .await?;
-    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
-    ensure_eq(memory_limit(&d).as_deref(), Some("4Gi"), "memory limit after recovery")?;
-    Ok(())
+    .await
 }
 
 fn helm_wait_wrapper(env: &Env) -> Result<std::path::PathBuf, String> {
