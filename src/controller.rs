@@ -691,18 +691,22 @@ async fn ensure_release(
     };
     let key = ObjectRef::from_obj(inst);
     let attempt = format!("{}|{}", values.values_hash, request.unwrap_or_default());
-    if !ctx.retries.lock().expect("lock").may_run(&key, &attempt) {
-        return Err(Error::Stalled(format!(
-            "helm failed {} times for this spec and chart and is not run again until the spec, the chart or the annotation {} changes ({reason})",
-            ctx.retries.lock().expect("lock").max(),
-            status::RECONCILE_REQUEST_ANNOTATION
-        )));
+    {
+        let retries = ctx.retries.lock().expect("lock");
+        if !retries.may_run(&key, &attempt) {
+            return Err(Error::Stalled(format!(
+                "helm failed {} times for this spec and chart and is not run again until the spec, the chart or the annotation {} changes; last error: {}",
+                retries.max(),
+                status::RECONCILE_REQUEST_ANNOTATION,
+                retries.last_error(&key).unwrap_or_default()
+            )));
+        }
     }
     tracing::info!(release = release_name, reason = %reason, "applying helm release");
     let applied = match ctx.helm.upgrade_install(release_name, storage_ns, values, migrate).await {
         Ok(applied) => applied,
         Err(e) => {
-            let failures = ctx.retries.lock().expect("lock").failed(&key, &attempt);
+            let failures = ctx.retries.lock().expect("lock").failed(&key, &attempt, &e.to_string());
             roll_back_to_last_good(ctx, inst, release_name).await;
             let max = ctx.retries.lock().expect("lock").max();
             if failures >= max {
@@ -981,6 +985,7 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
     )
     .await;
     ctx.metrics.phase(&instance_key(inst), None);
+    ctx.retries.lock().expect("lock").clear(&ObjectRef::from_obj(inst));
     Ok(Action::await_change())
 }
 

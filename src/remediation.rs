@@ -12,6 +12,8 @@ use std::hash::Hash;
 struct Attempts {
     key: String,
     failures: u32,
+    /// The last failure's message (helm's stderr excerpt), for the Stalled condition.
+    last_error: String,
 }
 
 /// Per-object failure counts.
@@ -32,13 +34,20 @@ impl<K: Hash + Eq + Clone> RetryBudget<K> {
     }
 
     /// Counts one failure; returns the failures so far for this key.
-    pub fn failed(&mut self, object: &K, key: &str) -> u32 {
-        let entry = self.by_object.entry(object.clone()).or_insert(Attempts { key: key.into(), failures: 0 });
+    pub fn failed(&mut self, object: &K, key: &str, error: &str) -> u32 {
+        let fresh = || Attempts { key: key.into(), failures: 0, last_error: String::new() };
+        let entry = self.by_object.entry(object.clone()).or_insert_with(fresh);
         if entry.key != key {
-            *entry = Attempts { key: key.into(), failures: 0 };
+            *entry = fresh();
         }
         entry.failures += 1;
+        entry.last_error = error.to_string();
         entry.failures
+    }
+
+    /// The last failure recorded for the object, if any.
+    pub fn last_error(&self, object: &K) -> Option<&str> {
+        self.by_object.get(object).map(|a| a.last_error.as_str())
     }
 
     /// A success (or the object's deletion) clears its count.
@@ -59,13 +68,14 @@ mod tests {
     fn exhausted_after_max_failures_of_the_same_key() {
         let mut b = RetryBudget::new(3);
         assert!(b.may_run(&"a", "k1"));
-        assert_eq!((b.failed(&"a", "k1"), b.failed(&"a", "k1")), (1, 2));
+        assert_eq!((b.failed(&"a", "k1", "e1"), b.failed(&"a", "k1", "e2")), (1, 2));
         assert!(b.may_run(&"a", "k1"));
-        assert_eq!(b.failed(&"a", "k1"), 3);
+        assert_eq!(b.failed(&"a", "k1", "e3"), 3);
+        assert_eq!(b.last_error(&"a"), Some("e3"));
         assert!(!b.may_run(&"a", "k1"), "stalled");
         assert!(b.may_run(&"b", "k1"), "per object");
         assert!(b.may_run(&"a", "k2"), "a new spec, chart or request starts a fresh budget");
-        assert_eq!(b.failed(&"a", "k2"), 1);
+        assert_eq!(b.failed(&"a", "k2", "e"), 1);
         b.clear(&"a");
         assert!(b.may_run(&"a", "k1"));
     }

@@ -74,6 +74,8 @@ pub struct Env {
     pub work: tempfile::TempDir,
     pub run_id: String,
     pub real_openshift_schemas: bool,
+    /// The chart the operator runs with (an operator upgrade is played by a changed copy).
+    pub chart: PathBuf,
     operator: Option<Child>,
 }
 
@@ -142,6 +144,7 @@ impl Env {
             work,
             run_id,
             real_openshift_schemas: crds.is_some(),
+            chart: repo_root().join("helm-charts/tinycode"),
             operator: None,
         })
     }
@@ -189,7 +192,9 @@ impl Env {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("KUBECONFIG", &self.operator_kubeconfig)
             .env("HELM_BIN", helm)
-            .env("HELM_CHART_PATH", repo_root().join("helm-charts/tinycode"))
+            .env("HELM_CHART_PATH", &self.chart)
+            // Three helm failures per rendering before Stalled keeps the stall scenario short.
+            .env("TINYCODE_MAX_RETRIES", "3")
             .env("TINYCODE_BLOCKED_REQUEUE_SECONDS", "2")
             .env("TINYCODE_LEASE_DURATION_SECONDS", "6")
             // vLLM stand-ins run on loopback in these tests; production keeps this off.

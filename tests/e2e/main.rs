@@ -4,6 +4,7 @@
 //! `cargo test --test e2e -- [FILTER]`).
 
 mod harness;
+mod lifecycle;
 #[path = "../support/vllm_standin.rs"]
 mod standin;
 mod tenancy;
@@ -20,6 +21,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
+use lifecycle::*;
 use serde_json::{Value, json};
 use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
@@ -69,6 +71,11 @@ fn main() {
         tenant_instances_are_closed_by_default,
         tenant_deletion_completes_without_the_operators_rights,
         legacy_release_moves_to_the_operator_namespace,
+        operator_upgrade_rerenders_untouched_instances,
+        rendered_objects_come_back_when_deleted,
+        failing_release_stalls_and_recovers_on_request,
+        failed_upgrade_rolls_back_to_the_last_good_revision,
+        suspend_stops_helm_and_resume_applies,
         no_permission_errors_in_any_scenario,
     ];
     let selected: Vec<_> =

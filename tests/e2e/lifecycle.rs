@@ -1,0 +1,217 @@
+//! Day two: an operator upgrade re-renders untouched instances, drift is
+//! judged against what the release rendered, helm failures stall visibly and
+//! recover on request, and an instance can be suspended.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::naming;
+
+use super::{delete_and_wait_gone, deploy, kubeconfig, put_secret};
+use crate::harness::*;
+
+async fn running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
+    mark_available(c, ns, &naming::fullname(name)).await?;
+    admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
+    wait_phase(c, ns, name, "Running").await
+}
+
+fn condition(inst: &TinycodeInstance, type_: &str) -> Option<(String, String)> {
+    inst.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+/// An operator restarted with a new chart (its Chart.yaml version changed)
+/// re-renders an instance nobody touched.
+pub async fn operator_upgrade_rerenders_untouched_instances(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("upgrade");
+    env.prepare_with_script(&ns)?;
+    deploy(env, &c, &ns, "dev", json!({})).await?;
+    running(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    let before = env.release(&release)?.ok_or("no release")?.0;
+
+    let original = env.chart.clone();
+    let copy = env.work.path().join("chart-next");
+    copy_dir(&original, &copy).ctx("copy the chart")?;
+    let chart_yaml = std::fs::read_to_string(copy.join("Chart.yaml")).ctx("Chart.yaml")?;
+    let bumped: String = chart_yaml
+        .lines()
+        .map(|l| if l.starts_with("version:") { "version: 99.0.0".to_string() } else { l.to_string() })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(copy.join("Chart.yaml"), bumped + "\n").ctx("write Chart.yaml")?;
+    env.chart = copy;
+    let result = async {
+        env.start_operator()?;
+        wait_for("the untouched instance re-rendered", WAIT, || async {
+            Ok(env.release(&release)?.filter(|r| r.0 > before && r.1 == "deployed"))
+        })
+        .await?;
+        let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
+        let chart_label = d.metadata.labels.unwrap_or_default().get("helm.sh/chart").cloned();
+        ensure_eq(chart_label.as_deref(), Some("tinycode-99.0.0"), "the Deployment's chart label")
+    }
+    .await;
+    env.chart = original;
+    env.start_operator()?;
+    result?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}
+
+/// Objects the release rendered come back when deleted: the Ollama
+/// Deployment (no Rust list names it) and a cluster-scoped binding.
+pub async fn rendered_objects_come_back_when_deleted(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("redrift");
+    env.prepare_with_script(&ns)?;
+    put_secret(&c, &ns, "kc", json!({"kubeconfig": kubeconfig(1, "eyJhbGciOi.payload.sig")})).await?;
+    env.kubectl(&["label", "namespace", &ns, "tinycode.dev/allow-cluster-role=view"])?;
+    let spec = json!({"ollama": {"enabled": true},
+                      "clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"}});
+    deploy(env, &c, &ns, "dev", spec).await?;
+    running(&c, &ns, "dev").await?;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    let crbs: Api<ClusterRoleBinding> = Api::all(c.clone());
+    let crb = naming::cluster_role_binding(&ns, "dev");
+    let old_uid = deployments.get("dev-ollama").await.ctx("ollama deployment")?.metadata.uid;
+    deployments.delete("dev-ollama", &DeleteParams::default()).await.ctx("delete ollama")?;
+    crbs.delete(&crb, &DeleteParams::default()).await.ctx("delete binding")?;
+    // The Deployment's deletion wakes the operator (it watches them); nothing watches bindings.
+    wait_for("the Ollama Deployment restored", WAIT, || async {
+        Ok(deployments.get_opt("dev-ollama").await.ctx("get")?.filter(|d| d.metadata.uid != old_uid))
+    })
+    .await?;
+    wait_for("the cluster-role binding restored", WAIT, || async { crbs.get_opt(&crb).await.ctx("get") }).await?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}
+
+/// An upgrade the apiserver refuses (an object that exists outside the
+/// release) is rolled back, retried up to the budget, then Stalled with no
+/// more helm runs; removing the cause and bumping the annotation recovers.
+pub async fn failing_release_stalls_and_recovers_on_request(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("stall");
+    env.prepare_with_script(&ns)?;
+    deploy(env, &c, &ns, "dev", json!({})).await?;
+    running(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    // A Service the release would create, made by someone else first.
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "dev-ollama"},
+        "spec": {"ports": [{"port": 11434}]}}))
+    .unwrap();
+    let services: Api<Service> = Api::namespaced(c.clone(), &ns);
+    services.create(&PostParams::default(), &svc).await.ctx("conflicting service")?;
+    apply_instance(&c, &ns, "dev", json!({"ollama": {"enabled": true}})).await.ctx("enable ollama")?;
+
+    let stalled = wait_for("Stalled", Duration::from_secs(120), || async {
+        let Some(i) = get_instance(&c, &ns, "dev").await? else { return Ok(None) };
+        Ok((condition(&i, "Stalled").map(|s| s.0).as_deref() == Some("True")).then_some(i))
+    })
+    .await?;
+    ensure_eq(condition(&stalled, "Reconciling").map(|s| s.0), Some("False".into()), "Reconciling")?;
+    let (_, reason, message) = ready(&stalled);
+    ensure_eq(reason.as_str(), "RetriesExhausted", "Ready reason")?;
+    ensure(message.contains("dev-ollama"), format!("the helm error is not in the message: {message}"))?;
+    // Helm refused before applying anything: what worked is still deployed.
+    let (revision, state) = env.release(&release)?.ok_or("release gone")?;
+    ensure_eq(state.as_str(), "deployed", "the release after the failures")?;
+    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get_opt("dev-ollama").await.ctx("get")?;
+    ensure(d.is_none(), "the failed rendering is not what runs")?;
+    // Stalled: no further helm runs while nothing changes.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision), "revision while Stalled")?;
+
+    services.delete("dev-ollama", &DeleteParams::default()).await.ctx("remove the cause")?;
+    let api: Api<TinycodeInstance> = Api::namespaced(c.clone(), &ns);
+    let bump = json!({"metadata": {"annotations": {"tinycode.dev/reconcile-requested-at": "2026-12-02T17:00:00Z"}}});
+    api.patch("dev", &PatchParams::default(), &Patch::Merge(&bump)).await.ctx("request a reconcile")?;
+    wait_for("the upgrade applied", WAIT, || async {
+        Ok(Api::<Deployment>::namespaced(c.clone(), &ns).get_opt("dev-ollama").await.ctx("get")?)
+    })
+    .await?;
+    mark_available(&c, &ns, "dev-tinycode").await?;
+    let inst = wait_phase(&c, &ns, "dev", "Running").await?;
+    ensure_eq(condition(&inst, "Stalled").map(|s| s.0), Some("False".into()), "Stalled after recovery")?;
+    ensure_eq(
+        inst.status.and_then(|s| s.last_handled_reconcile_at),
+        Some("2026-12-02T17:00:00Z".to_string()),
+        "status.lastHandledReconcileAt",
+    )?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}
+
+/// `spec.suspend`: spec changes apply nothing (no new revision) until resumed.
+pub async fn suspend_stops_helm_and_resume_applies(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("suspend");
+    env.prepare_with_script(&ns)?;
+    deploy(env, &c, &ns, "dev", json!({})).await?;
+    running(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    let before = env.release(&release)?.ok_or("no release")?.0;
+    let bigger = json!({"resources": {"limits": {"cpu": "3", "memory": "2Gi"}}});
+    let mut suspended = bigger.clone();
+    suspended["suspend"] = json!(true);
+    apply_instance(&c, &ns, "dev", suspended).await.ctx("suspend")?;
+    let inst = wait_phase(&c, &ns, "dev", "Suspended").await?;
+    ensure_eq(ready(&inst).1.as_str(), "Suspended", "Ready reason")?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(before), "revision while suspended")?;
+
+    apply_instance(&c, &ns, "dev", bigger).await.ctx("resume")?;
+    wait_for("the change applied on resume", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.0 > before && r.1 == "deployed"))
+    })
+    .await?;
+    running(&c, &ns, "dev").await?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}
+
+/// An upgrade the apiserver refuses mid-way (a pod template it rejects) is
+/// rolled back to the last revision that worked, and an event says so.
+pub async fn failed_upgrade_rolls_back_to_the_last_good_revision(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("rollback");
+    env.prepare_with_script(&ns)?;
+    deploy(env, &c, &ns, "dev", json!({})).await?;
+    running(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    let good = env.release(&release)?.ok_or("no release")?.0;
+    // A label value with a space: admitted by the CRD, refused in the Deployment.
+    apply_instance(&c, &ns, "dev", json!({"nodeSelector": {"pool": "gpu nodes"}})).await.ctx("bad upgrade")?;
+    let events: Api<Event> = Api::namespaced(c.clone(), &ns);
+    wait_for("a rollback event", WAIT, || async {
+        let list = events.list(&ListParams::default()).await.ctx("events")?;
+        Ok(list.items.into_iter().find(|e| e.reason.as_deref() == Some("HelmRolledBack")))
+    })
+    .await?;
+    let (revision, state) = env.release(&release)?.ok_or("release gone")?;
+    ensure(revision > good + 1 && state == "deployed", format!("release after the rollback: {revision} {state}"))?;
+    let d = Api::<Deployment>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
+    let selector = d.spec.template.spec.and_then(|p| p.node_selector).unwrap_or_default();
+    ensure(selector.is_empty(), format!("the refused rendering runs: {selector:?}"))?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}
