@@ -149,7 +149,7 @@ pub async fn failing_release_stalls_and_recovers_on_request(env: &mut Env) -> Te
     let bump = json!({"metadata": {"annotations": {"tinycode.dev/reconcile-requested-at": "2026-12-02T17:00:00Z"}}});
     api.patch("dev", &PatchParams::default(), &Patch::Merge(&bump)).await.ctx("request a reconcile")?;
     wait_for("the upgrade applied", WAIT, || async {
-        Ok(Api::<Deployment>::namespaced(c.clone(), &ns).get_opt("dev-ollama").await.ctx("get")?)
+        Api::<Deployment>::namespaced(c.clone(), &ns).get_opt("dev-ollama").await.ctx("get")
     })
     .await?;
     mark_available(&c, &ns, "dev-tinycode").await?;
