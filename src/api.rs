@@ -47,9 +47,10 @@ pub const HTTP_URL_HYGIENE_RULE: &str =
 pub const GIT_URL_HYGIENE_RULE: &str = "!self.matches('^(https?|git)://[^/?#]*@') && !self.matches('^ssh://[^/?#]*:[^/?#]*@') && !self.contains('?') && !self.contains('#')";
 pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
-/// Longest instance name: keeps `<name>-tinycode-discovery` and the other
-/// derived names inside the 63-character limits of labels and DNS-1035 names.
-pub const MAX_NAME_LEN: usize = 45;
+/// Longest instance name: a DNS label, as the instance name is a label value
+/// (`app.kubernetes.io/instance`). Names derived from it that would pass their
+/// own limits are shortened with a digest (see [`crate::naming::fit`]).
+pub const MAX_NAME_LEN: usize = 63;
 
 /// A tinycode AI coding assistant instance: one Helm release, one Route, one SCC grant.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -68,8 +69,8 @@ pub const MAX_NAME_LEN: usize = 45;
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "URL", type_ = "string", json_path = ".status.url"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 45")
-        .message("metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at most 45 characters (it prefixes the Deployment, Service and Route names)")
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63")
+        .message("metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at most 63 characters (it is a label value; the names derived from it are shortened to fit)")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(

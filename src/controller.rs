@@ -788,7 +788,7 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance, ns: &str, name
             &ListParams::default().labels(&format!("owner=helm,name={legacy}")),
         )
         .await?;
-    let old_binding = format!("{}-discovery", naming::cluster_scoped_prefix(ns, name));
+    let old_binding = naming::legacy_discovery_cluster_binding(ns, name);
     delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding).await?;
     ctx.event(
         inst,
@@ -957,7 +957,7 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
         "the data volumes were kept (storage.retainOnDelete)"
     } else {
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-        for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), format!("{name}-ollama-models")] {
+        for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), naming::ollama_models_pvc(&name)] {
             note_left(delete_namespaced(&pvcs, &pvc).await?, &mut left);
         }
         "the data volumes were deleted (storage.retainOnDelete is false)"

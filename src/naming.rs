@@ -30,19 +30,56 @@ pub fn legacy_release_name(namespace: &str, name: &str) -> String {
     shorten(&format!("tinycode-{namespace}-{name}"), HELM_RELEASE_MAX, &format!("{namespace}/{name}"))
 }
 
+/// Longest name of a DNS label: Services (DNS-1035), the first label of a
+/// Route's default host, label values. Every name the chart gives a namespaced
+/// object of its own stays within it.
+pub const DNS_LABEL_MAX: usize = 63;
+
+/// Longest name of a Secret, Role or RoleBinding (DNS subdomain; RBAC names
+/// allow more, but no more is needed). Used for the names that a 45-character
+/// instance name (the limit before 0.3) already pushed past 63: holding them to
+/// 63 would rename the objects of existing instances and leave the old SCC
+/// grants and kubeconfig copies behind, which cleanup finds only by name.
+pub const OBJECT_NAME_MAX: usize = 253;
+
+/// Length of the digest [`fit`] puts in a shortened name: `-` and 8 hex digits.
+const FIT_DIGEST_LEN: usize = 9;
+
+/// The one shortening rule for derived names: `<base><suffix>` when that is at
+/// most `max` characters long (so every name that fit before stays as it was);
+/// else `<head>-<8 hex of sha256(base)><suffix>`, `head` being the longest
+/// prefix of `base` that fits, trailing `-` removed. Deterministic, keeps the
+/// suffix (the kind of object stays readable) and the result a DNS label when
+/// `base` and `suffix` are; two bases that differ anywhere differ in the digest.
+pub fn fit(base: &str, suffix: &str, max: usize) -> String {
+    if base.len() + suffix.len() <= max {
+        return format!("{base}{suffix}");
+    }
+    let digest = hex::encode(Sha256::digest(base.as_bytes()));
+    let keep = max.saturating_sub(suffix.len() + FIT_DIGEST_LEN).min(base.len());
+    let head = base[..keep].trim_end_matches(['-', '.', ':']);
+    format!("{head}-{}{suffix}", &digest[..FIT_DIGEST_LEN - 1])
+}
+
 /// The Secret holding the generated password when the spec names none.
 pub fn generated_password(name: &str) -> String {
-    format!("{name}-tinycode-password")
+    fit(name, "-tinycode-password", DNS_LABEL_MAX)
 }
 
 /// The ClusterRoleBinding of an approved `clusterAdmin.clusterRole`.
 pub fn cluster_role_binding(namespace: &str, name: &str) -> String {
-    format!("{}-cluster-role", cluster_scoped_prefix(namespace, name))
+    fit(&cluster_scoped_prefix(namespace, name), "-cluster-role", OBJECT_NAME_MAX)
 }
 
 /// The RoleBinding an instance gets in each discovery namespace (unique per
 /// instance, since instances of several namespaces may discover in one).
 pub fn discovery_binding(namespace: &str, name: &str) -> String {
+    fit(&cluster_scoped_prefix(namespace, name), "-discovery", OBJECT_NAME_MAX)
+}
+
+/// The cluster-wide discovery ClusterRoleBinding of builds before 0.2; only
+/// used to delete it when such a release is migrated.
+pub fn legacy_discovery_cluster_binding(namespace: &str, name: &str) -> String {
     format!("{}-discovery", cluster_scoped_prefix(namespace, name))
 }
 
@@ -54,42 +91,55 @@ pub fn cluster_scoped_prefix(namespace: &str, name: &str) -> String {
 
 /// Name shared by the Deployment, Service, ServiceAccount, NetworkPolicy and Route.
 pub fn fullname(name: &str) -> String {
-    format!("{name}-tinycode")
+    fit(name, "-tinycode", DNS_LABEL_MAX)
 }
 
 pub fn service_account(name: &str) -> String {
     fullname(name)
 }
 
+/// The Route; its default host is `<route>-<namespace>.<apps domain>`, whose
+/// first label OpenShift only admits up to 63 characters: long instance and
+/// namespace names need `spec.hostname`.
 pub fn route(name: &str) -> String {
     fullname(name)
 }
 
+/// The bundled Ollama's Deployment, Service and NetworkPolicy.
+pub fn ollama(name: &str) -> String {
+    fit(name, "-ollama", DNS_LABEL_MAX)
+}
+
 pub fn data_pvc(name: &str) -> String {
-    format!("{name}-data")
+    fit(name, "-data", DNS_LABEL_MAX)
 }
 
 pub fn projects_pvc(name: &str) -> String {
-    format!("{name}-projects")
+    fit(name, "-projects", DNS_LABEL_MAX)
+}
+
+pub fn ollama_models_pvc(name: &str) -> String {
+    fit(name, "-ollama-models", DNS_LABEL_MAX)
 }
 
 pub fn config_map(name: &str) -> String {
-    format!("{name}-tinycode-config")
+    fit(name, "-tinycode-config", DNS_LABEL_MAX)
 }
 
+/// The Role (and its RoleBinding) that lets the pod list Services in its namespace.
 pub fn discovery_role(name: &str) -> String {
-    format!("{name}-tinycode-discovery")
+    fit(name, "-tinycode-discovery", OBJECT_NAME_MAX)
 }
 
 /// The copy of a kubeconfig Secret from another namespace.
 pub fn kubeconfig_copy(name: &str) -> String {
-    format!("{name}-tinycode-kubeconfig")
+    fit(name, "-tinycode-kubeconfig", OBJECT_NAME_MAX)
 }
 
 /// RoleBinding that grants `use` of one SCC tier; the tier is in the name
 /// because a RoleBinding's roleRef cannot change.
 pub fn scc_grant(name: &str, tier: &str) -> String {
-    format!("{name}-tinycode-scc-{tier}")
+    fit(name, &format!("-tinycode-scc-{tier}"), OBJECT_NAME_MAX)
 }
 
 /// Truncate `full` to `max` characters, replacing the tail with an 8-hex
@@ -155,5 +205,100 @@ mod tests {
     fn cluster_scoped_names_do_not_collide_across_namespaces() {
         assert_ne!(cluster_scoped_prefix("a-b", "c"), cluster_scoped_prefix("a", "b-c"));
         assert_ne!(cluster_scoped_prefix("team1", "dev"), cluster_scoped_prefix("team2", "dev"));
+    }
+
+    /// Every name derived from one instance, with the limit it must keep.
+    fn derived(ns: &str, name: &str) -> Vec<(String, usize)> {
+        let mut names = vec![
+            (fullname(name), DNS_LABEL_MAX),
+            (service_account(name), DNS_LABEL_MAX),
+            (route(name), DNS_LABEL_MAX),
+            (ollama(name), DNS_LABEL_MAX),
+            (data_pvc(name), DNS_LABEL_MAX),
+            (projects_pvc(name), DNS_LABEL_MAX),
+            (ollama_models_pvc(name), DNS_LABEL_MAX),
+            (config_map(name), DNS_LABEL_MAX),
+            (generated_password(name), DNS_LABEL_MAX),
+            (discovery_role(name), OBJECT_NAME_MAX),
+            (kubeconfig_copy(name), OBJECT_NAME_MAX),
+            (cluster_role_binding(ns, name), OBJECT_NAME_MAX),
+            (discovery_binding(ns, name), OBJECT_NAME_MAX),
+        ];
+        for tier in ["restricted", "hostpath", "shell"] {
+            names.push((scc_grant(name, tier), OBJECT_NAME_MAX));
+        }
+        names
+    }
+
+    /// An instance name of `len` characters that ends in a letter.
+    fn name_of(len: usize, last: char) -> String {
+        let mut n = "a-long-instance-name-".repeat(4)[..len - 1].to_string();
+        n.push(last);
+        n
+    }
+
+    #[test]
+    fn derived_names_fit_their_limits_at_every_boundary() {
+        let label = regex::Regex::new(r"^[a-z]([-a-z0-9]*[a-z0-9])?$").unwrap();
+        let ns = "n".repeat(63);
+        for len in [1, 45, 46, 54, 55, 56, 62, 63] {
+            let name = name_of(len, 'x');
+            for (derived, max) in derived(&ns, &name) {
+                assert!(derived.len() <= max, "{derived} is {} > {max}", derived.len());
+                if max == DNS_LABEL_MAX {
+                    assert!(label.is_match(&derived), "{derived} must be a DNS-1035 label");
+                }
+            }
+            assert_eq!(derived(&ns, &name), derived(&ns, &name), "deterministic");
+        }
+    }
+
+    #[test]
+    fn names_that_fit_keep_their_old_form() {
+        // The forms every build before 0.3 used, for instance names up to 45.
+        for name in ["dev", &name_of(45, 'x')] {
+            let ns = "n".repeat(63);
+            assert_eq!(fullname(name), format!("{name}-tinycode"));
+            assert_eq!(ollama(name), format!("{name}-ollama"));
+            assert_eq!(config_map(name), format!("{name}-tinycode-config"));
+            assert_eq!(data_pvc(name), format!("{name}-data"));
+            assert_eq!(projects_pvc(name), format!("{name}-projects"));
+            assert_eq!(ollama_models_pvc(name), format!("{name}-ollama-models"));
+            assert_eq!(generated_password(name), format!("{name}-tinycode-password"));
+            assert_eq!(discovery_role(name), format!("{name}-tinycode-discovery"));
+            assert_eq!(kubeconfig_copy(name), format!("{name}-tinycode-kubeconfig"));
+            assert_eq!(scc_grant(name, "restricted"), format!("{name}-tinycode-scc-restricted"));
+            assert_eq!(cluster_role_binding(&ns, name), format!("tinycode:{ns}:{name}-cluster-role"));
+            assert_eq!(discovery_binding(&ns, name), format!("tinycode:{ns}:{name}-discovery"));
+            assert_eq!(legacy_discovery_cluster_binding(&ns, name), discovery_binding(&ns, name));
+        }
+        assert_eq!(fullname("dev"), "dev-tinycode");
+        // Exactly at the limit: whole; one past it: shortened to the limit.
+        assert_eq!(fullname(&name_of(54, 'x')).len(), 63);
+        assert_eq!(fullname(&name_of(54, 'x')), format!("{}-tinycode", name_of(54, 'x')));
+        let long = fullname(&name_of(55, 'x'));
+        assert!(long.len() <= 63 && long.ends_with("-tinycode") && !long.starts_with(&name_of(55, 'x')), "{long}");
+    }
+
+    #[test]
+    fn long_names_that_differ_only_at_the_end_stay_distinct() {
+        for len in [55, 62, 63] {
+            let (a, b) = (name_of(len, 'x'), name_of(len, 'y'));
+            for ((x, _), (y, _)) in derived("ns", &a).into_iter().zip(derived("ns", &b)) {
+                assert_ne!(x, y);
+            }
+        }
+        // A name and its one-longer extension, both shortened, still differ.
+        assert_ne!(fullname(&name_of(62, 'x')), fullname(&format!("{}x", name_of(62, 'x'))));
+    }
+
+    #[test]
+    fn fit_keeps_the_suffix_and_drops_dangling_dashes() {
+        assert_eq!(fit("abc", "-s", 5), "abc-s");
+        let f = fit("abcd-efghijkl", "-s", 14);
+        assert_eq!(f, format!("abc-{}-s", &hex::encode(Sha256::digest(b"abcd-efghijkl"))[..8]));
+        assert_eq!(f.len(), 14);
+        let g = fit("abc-defghijkl", "-s", 15);
+        assert!(g.starts_with("abc-") && !g.starts_with("abc--"), "{g}");
     }
 }

@@ -447,11 +447,22 @@ mod tests {
 
     #[test]
     fn names_too_long_or_malformed_are_refused() {
-        let long = "a".repeat(46);
-        for name in [long.as_str(), "9lives", "has.dot"] {
+        let long = "a".repeat(64);
+        for name in [long.as_str(), "9lives", "has.dot", "ends-", "Upper"] {
             let e = validate(name, "team", &TinycodeInstanceSpec::default(), &Settings::default()).unwrap_err();
             assert_eq!(e.0[0].field, "metadata.name", "{name}");
         }
+    }
+
+    #[test]
+    fn names_up_to_63_characters_are_accepted() {
+        for len in [1, 45, 46, 54, 55, 62, 63] {
+            let name = format!("{}z", "a".repeat(len - 1));
+            validate(&name, "team", &TinycodeInstanceSpec::default(), &Settings::default())
+                .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        }
+        let e = validate(&"a".repeat(64), "team", &TinycodeInstanceSpec::default(), &Settings::default()).unwrap_err();
+        assert!(e.0[0].message.contains("at most 63 characters"), "{}", e.0[0].message);
     }
 
     #[test]

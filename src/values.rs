@@ -25,6 +25,7 @@ use crate::settings::Settings;
 )]
 pub struct Values {
     pub instance: InstanceValues,
+    pub names: NameValues,
     /// Digest of every other value, the chart and the operator version;
     /// annotated on the Deployment so the operator can tell what was applied.
     pub values_hash: String,
@@ -54,15 +55,63 @@ pub struct Values {
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InstanceValues {
-    #[schemars(length(min = 1, max = 45))]
+    #[schemars(length(min = 1, max = 63))]
     pub name: String,
     #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
     /// Owner UID for ownerReferences; empty renders none.
     pub uid: String,
-    /// Name prefix of every cluster-scoped object of the release.
-    #[schemars(length(min = 1))]
-    pub cluster_scoped_prefix: String,
+}
+
+/// The names of the chart's objects, derived by `crate::naming` (shortened with a
+/// digest where `<instance name><suffix>` would pass the limit); the chart
+/// never builds a name from the instance name itself.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NameValues {
+    /// `<name>-tinycode`: Deployment, Service, ServiceAccount, NetworkPolicy (and the operator's Route).
+    #[schemars(length(min = 1, max = 63))]
+    pub fullname: String,
+    /// `<name>-ollama`: the bundled Ollama's Deployment, Service, NetworkPolicy.
+    #[schemars(length(min = 1, max = 63))]
+    pub ollama: String,
+    /// `<name>-tinycode-config`: the generated-config ConfigMap.
+    #[schemars(length(min = 1, max = 63))]
+    pub config_map: String,
+    /// `<name>-data`
+    #[schemars(length(min = 1, max = 63))]
+    pub data_pvc: String,
+    /// `<name>-projects`
+    #[schemars(length(min = 1, max = 63))]
+    pub projects_pvc: String,
+    /// `<name>-ollama-models`
+    #[schemars(length(min = 1, max = 63))]
+    pub ollama_models_pvc: String,
+    /// `<name>-tinycode-discovery`: Role and RoleBinding in the instance namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub discovery_role: String,
+    /// `tinycode:<namespace>:<name>-cluster-role`: the ClusterRoleBinding of the approved cluster role.
+    #[schemars(length(min = 1, max = 253))]
+    pub cluster_role_binding: String,
+    /// `tinycode:<namespace>:<name>-discovery`: the RoleBinding in each discovery namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub discovery_binding: String,
+}
+
+impl NameValues {
+    pub fn of(namespace: &str, name: &str) -> Self {
+        NameValues {
+            fullname: naming::fullname(name),
+            ollama: naming::ollama(name),
+            config_map: naming::config_map(name),
+            data_pvc: naming::data_pvc(name),
+            projects_pvc: naming::projects_pvc(name),
+            ollama_models_pvc: naming::ollama_models_pvc(name),
+            discovery_role: naming::discovery_role(name),
+            cluster_role_binding: naming::cluster_role_binding(namespace, name),
+            discovery_binding: naming::discovery_binding(namespace, name),
+        }
+    }
 }
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -237,12 +286,8 @@ pub fn build(
     let checksum = if json.is_empty() { String::new() } else { sha256_hex(json.as_bytes()) };
 
     let mut values = Values {
-        instance: InstanceValues {
-            name: inst.name.into(),
-            namespace: inst.namespace.into(),
-            uid: inst.uid.into(),
-            cluster_scoped_prefix: naming::cluster_scoped_prefix(inst.namespace, inst.name),
-        },
+        instance: InstanceValues { name: inst.name.into(), namespace: inst.namespace.into(), uid: inst.uid.into() },
+        names: NameValues::of(inst.namespace, inst.name),
         values_hash: String::new(),
         secrets_checksum: approved.secrets_digest.clone(),
         image: spec.image.clone(),
@@ -383,7 +428,9 @@ mod tests {
         assert_eq!(v.git.depth, 1);
         assert_eq!(v.cluster_admin.kubeconfig_secret_key, "kubeconfig");
         assert_eq!(v.cluster_admin.oc_version, "stable");
-        assert_eq!(v.instance.cluster_scoped_prefix, "tinycode:team:dev");
+        assert_eq!(v.names.fullname, "dev-tinycode");
+        assert_eq!(v.names.cluster_role_binding, "tinycode:team:dev-cluster-role");
+        assert_eq!(v.names.discovery_binding, "tinycode:team:dev-discovery");
         assert_eq!(v.config, ConfigValues { json: String::new(), checksum: String::new() });
     }
 
@@ -392,6 +439,7 @@ mod tests {
         let v = serde_json::to_value(values(serde_json::json!({}))).unwrap();
         for key in [
             "instance",
+            "names",
             "valuesHash",
             "secretsChecksum",
             "image",

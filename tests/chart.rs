@@ -38,9 +38,13 @@ fn values_for(spec: Value) -> Values {
 }
 
 fn values_approved(spec: Value, approved: &Approved) -> Values {
+    values_of("dev", spec, approved)
+}
+
+fn values_of(name: &str, spec: Value, approved: &Approved) -> Values {
     let spec: TinycodeInstanceSpec = serde_json::from_value(spec).expect("spec");
     let cfg = config::generate(&spec, &Default::default());
-    let inst = InstanceRef { name: "dev", namespace: "team", uid: "uid-123" };
+    let inst = InstanceRef { name, namespace: "team", uid: "uid-123" };
     values::build(&inst, &spec, &Settings::default(), approved, cfg)
 }
 
@@ -67,8 +71,11 @@ fn render(spec: Value) -> (Values, Vec<Value>) {
 /// Renders as the operator runs helm: the release (its records) in the
 /// operator's namespace, every object in the instance namespace by name.
 fn render_approved(spec: Value, approved: &Approved) -> (Values, Vec<Value>) {
-    let v = values_approved(spec, approved);
-    let release = naming::release_name("team", "dev");
+    render_values(values_approved(spec, approved))
+}
+
+fn render_values(v: Values) -> (Values, Vec<Value>) {
+    let release = naming::release_name(&v.instance.namespace, &v.instance.name);
     let out = helm_cmd(&["template", &release, "--namespace", "tinycode-operator-system"], &v);
     assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
@@ -388,6 +395,107 @@ fn ollama_bundle_lives_in_the_same_release() {
     assert_eq!(&argv[argv.len() - 2..], ["qwen2.5-coder:7b", "llama3"]);
     let dep = find(&docs, "Deployment", "dev-tinycode");
     assert_eq!(env_of(container(dep, "tinycode"), "TINYCODE_OLLAMA_HOST").unwrap()["value"], "http://dev-ollama:11434");
+}
+
+/// Every mode that adds objects: Ollama and its PVC, a config, discovery
+/// elsewhere, an approved cluster role.
+fn everything() -> (Value, Approved) {
+    let spec = json!({"ollama": {"enabled": true}, "model": "ollama/qwen",
+                      "clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"},
+                      "discovery": {"namespaces": ["models"]}});
+    let approved = Approved {
+        cluster_role: Some("view".into()),
+        discovery_namespaces: vec!["models".into()],
+        ..Approved::default()
+    };
+    (spec, approved)
+}
+
+#[test]
+fn a_63_character_name_keeps_every_object_name_within_its_limit() {
+    let name = format!("a{}z", "-long-instance-name".repeat(4))[..62].to_string() + "z";
+    assert_eq!(name.len(), 63);
+    let (spec, approved) = everything();
+    let (v, docs) = render_values(values_of(&name, spec, &approved));
+    let dns1035 = regex::Regex::new(r"^[a-z]([-a-z0-9]*[a-z0-9])?$").unwrap();
+    let mut kinds_seen = vec![];
+    for d in &docs {
+        let (kind, obj) = (d["kind"].as_str().unwrap(), d["metadata"]["name"].as_str().unwrap());
+        // RBAC objects keep the names a 45-character instance already had (up
+        // to 253 allowed; see naming::OBJECT_NAME_MAX); every other name is a
+        // DNS label.
+        let max = if kind.contains("RoleBinding") || kind == "Role" { 253 } else { 63 };
+        assert!(obj.len() <= max, "{kind} {obj} is {} characters long", obj.len());
+        if kind == "Service" {
+            assert!(dns1035.is_match(obj), "Service {obj} must be a DNS-1035 label");
+        }
+        assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/instance"], name.as_str(), "{kind} {obj}");
+        kinds_seen.push(kind.to_string());
+    }
+    for kind in ["ClusterRoleBinding", "ConfigMap", "Deployment", "PersistentVolumeClaim", "Role", "Service"] {
+        assert!(kinds_seen.iter().any(|k| k == kind), "no {kind} rendered: {kinds_seen:?}");
+    }
+    // The names the operator looks up are the ones the chart created.
+    let dep = find(&docs, "Deployment", &naming::fullname(&name));
+    find(&docs, "Service", &naming::fullname(&name));
+    find(&docs, "ServiceAccount", &naming::service_account(&name));
+    find(&docs, "Service", &naming::ollama(&name));
+    find(&docs, "ConfigMap", &naming::config_map(&name));
+    find(&docs, "PersistentVolumeClaim", &naming::data_pvc(&name));
+    find(&docs, "PersistentVolumeClaim", &naming::projects_pvc(&name));
+    find(&docs, "PersistentVolumeClaim", &naming::ollama_models_pvc(&name));
+    find(&docs, "Role", &naming::discovery_role(&name));
+    find(&docs, "RoleBinding", &naming::discovery_role(&name));
+    find(&docs, "ClusterRoleBinding", &naming::cluster_role_binding("team", &name));
+    find(&docs, "RoleBinding", &naming::discovery_binding("team", &name));
+    assert_eq!(dep["spec"]["template"]["spec"]["serviceAccountName"], v.names.fullname.as_str());
+    assert_eq!(
+        env_of(container(dep, "tinycode"), "TINYCODE_OLLAMA_HOST").unwrap()["value"],
+        format!("http://{}:11434", naming::ollama(&name)).as_str()
+    );
+    assert!(naming::fullname(&name).ends_with("-tinycode") && naming::fullname(&name) != format!("{name}-tinycode"));
+}
+
+#[test]
+fn short_names_render_exactly_as_before() {
+    let (spec, approved) = everything();
+    let (_, docs) = render_values(values_of("dev", spec, &approved));
+    assert_eq!(
+        kinds(&docs),
+        vec![
+            "ClusterRoleBinding/tinycode:team:dev-cluster-role",
+            "ConfigMap/dev-tinycode-config",
+            "Deployment/dev-ollama",
+            "Deployment/dev-tinycode",
+            "NetworkPolicy/dev-ollama",
+            "NetworkPolicy/dev-tinycode",
+            "PersistentVolumeClaim/dev-data",
+            "PersistentVolumeClaim/dev-ollama-models",
+            "PersistentVolumeClaim/dev-projects",
+            "Role/dev-tinycode-discovery",
+            "RoleBinding/dev-tinycode-discovery",
+            "RoleBinding/tinycode:team:dev-discovery",
+            "Service/dev-ollama",
+            "Service/dev-tinycode",
+            "ServiceAccount/dev-tinycode",
+        ]
+    );
+}
+
+#[test]
+fn the_chart_refuses_values_without_names() {
+    let mut v = serde_json::to_value(values_for(json!({}))).unwrap();
+    v["names"]["fullname"] = json!("");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v.json");
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = Command::new(helm())
+        .args(["template", "x"])
+        .arg(root().join("helm-charts/tinycode"))
+        .args(["-f", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "an empty name must be refused");
 }
 
 #[test]

@@ -3,13 +3,16 @@ Helpers for the tinycode chart.
 
 Object names derive from .Values.instance.name (the TinycodeInstance name), not
 from the release name: the operator and its Route refer to them by these names.
+The operator derives them (shortened with a digest where `<name><suffix>` would
+pass its limit) and passes them under .Values.names; the chart never builds a
+name from instance.name itself.
 */}}
 
 {{/* The instance name, checked once so every name built from it is valid. */}}
 {{- define "tinycode.instanceName" -}}
 {{- $name := required "instance.name is required" .Values.instance.name | toString -}}
-{{- if gt (len $name) 54 -}}
-{{- fail (printf "instance.name %q is %d characters long; at most 54 are allowed (the Service name %q must fit in 63)" $name (len $name) (printf "%s-tinycode" $name)) -}}
+{{- if gt (len $name) 63 -}}
+{{- fail (printf "instance.name %q is %d characters long; at most 63 are allowed (it is a label value)" $name (len $name)) -}}
 {{- end -}}
 {{- $name -}}
 {{- end -}}
@@ -34,22 +37,45 @@ tinycode.dev/instance-name: {{ include "tinycode.instanceName" . | quote }}
 
 {{/* <name>-tinycode: ServiceAccount, Deployment, Service, NetworkPolicy. */}}
 {{- define "tinycode.fullname" -}}
-{{- printf "%s-tinycode" (include "tinycode.instanceName" .) -}}
+{{- required "names.fullname is required" .Values.names.fullname -}}
 {{- end -}}
 
 {{/* <name>-ollama: the bundled Ollama Deployment, Service, NetworkPolicy. */}}
 {{- define "tinycode.ollamaName" -}}
-{{- printf "%s-ollama" (include "tinycode.instanceName" .) -}}
+{{- required "names.ollama is required" .Values.names.ollama -}}
 {{- end -}}
 
 {{/* <name>-tinycode-config: the generated-config ConfigMap. */}}
 {{- define "tinycode.configMapName" -}}
-{{- printf "%s-tinycode-config" (include "tinycode.instanceName" .) -}}
+{{- required "names.configMap is required" .Values.names.configMap -}}
 {{- end -}}
 
-{{/* Prefix for cluster-scoped object names (already shortened by the operator). */}}
-{{- define "tinycode.clusterScopedPrefix" -}}
-{{- required "instance.clusterScopedPrefix is required" .Values.instance.clusterScopedPrefix -}}
+{{/* <name>-data, <name>-projects, <name>-ollama-models: the PersistentVolumeClaims. */}}
+{{- define "tinycode.dataPvcName" -}}
+{{- required "names.dataPvc is required" .Values.names.dataPvc -}}
+{{- end -}}
+
+{{- define "tinycode.projectsPvcName" -}}
+{{- required "names.projectsPvc is required" .Values.names.projectsPvc -}}
+{{- end -}}
+
+{{- define "tinycode.ollamaModelsPvcName" -}}
+{{- required "names.ollamaModelsPvc is required" .Values.names.ollamaModelsPvc -}}
+{{- end -}}
+
+{{/* <name>-tinycode-discovery: the Role and RoleBinding in the instance namespace. */}}
+{{- define "tinycode.discoveryRoleName" -}}
+{{- required "names.discoveryRole is required" .Values.names.discoveryRole -}}
+{{- end -}}
+
+{{/* tinycode:<namespace>:<name>-cluster-role: the ClusterRoleBinding (cluster-scoped). */}}
+{{- define "tinycode.clusterRoleBindingName" -}}
+{{- required "names.clusterRoleBinding is required" .Values.names.clusterRoleBinding -}}
+{{- end -}}
+
+{{/* tinycode:<namespace>:<name>-discovery: the RoleBinding in each discovery namespace. */}}
+{{- define "tinycode.discoveryBindingName" -}}
+{{- required "names.discoveryBinding is required" .Values.names.discoveryBinding -}}
 {{- end -}}
 
 {{/* helm.sh/chart label value. */}}
