@@ -180,8 +180,36 @@ pub struct ResourceAmounts {
     pub memory: String,
 }
 
+/// PVCs (or a host directory) for the data and the project workspace. Fixed at
+/// creation, except that dataSize and projectsSize may grow and retainOnDelete
+/// may change; re-create the instance to change the rest.
+//
+// Admission refuses what Kubernetes cannot follow: a PVC's StorageClass and
+// access mode are immutable and it never shrinks, and moving /projects between
+// a host directory and a PVC would leave the workspace behind. These are
+// transition rules (they use `oldSelf`, so they run on updates only, and only
+// where the old value exists). `spec.storage` always exists (schema default), so
+// the rules sit at this level and compare optional fields with `has()` on both
+// sides; dataSize, projectsSize and projectsAccessMode have schema defaults too.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)")
+        .message("spec.storage.storageClassName cannot be set, changed or removed after creation (the PVCs keep their StorageClass); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".storageClassName"),
+    validation = Rule::new("!has(self.projectsAccessMode) || !has(oldSelf.projectsAccessMode) || self.projectsAccessMode == oldSelf.projectsAccessMode")
+        .message("spec.storage.projectsAccessMode cannot be changed after creation (a PVC's access mode is fixed); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".projectsAccessMode"),
+    validation = Rule::new("has(self.hostPath) == has(oldSelf.hostPath) && (!has(self.hostPath) || self.hostPath.path == oldSelf.hostPath.path)")
+        .message("spec.storage.hostPath.path cannot be changed, nor spec.storage.hostPath added or removed, after creation (/projects would move to another directory or volume without its contents); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".hostPath"),
+    validation = Rule::new("!has(self.dataSize) || !has(oldSelf.dataSize) || !isQuantity(self.dataSize) || !isQuantity(oldSelf.dataSize) || quantity(self.dataSize).compareTo(quantity(oldSelf.dataSize)) >= 0")
+        .message("spec.storage.dataSize cannot shrink (a PVC can grow, when its StorageClass allows expansion, but never shrink); re-create the instance for a smaller volume. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".dataSize"),
+    validation = Rule::new("!has(self.projectsSize) || !has(oldSelf.projectsSize) || !isQuantity(self.projectsSize) || !isQuantity(oldSelf.projectsSize) || quantity(self.projectsSize).compareTo(quantity(oldSelf.projectsSize)) >= 0")
+        .message("spec.storage.projectsSize cannot shrink (a PVC can grow, when its StorageClass allows expansion, but never shrink); re-create the instance for a smaller volume. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".projectsSize"),
+)]
 pub struct Storage {
     /// PVC size for the SQLite database and config.
     #[serde(default = "default_data_size")]
@@ -516,5 +544,98 @@ impl Default for TinycodeInstanceSpec {
     fn default() -> Self {
         // An empty spec is valid: every field has a default or is optional.
         serde_json::from_value(serde_json::json!({})).expect("empty spec deserializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::Value;
+
+    use super::*;
+
+    fn storage_rules() -> Vec<Value> {
+        let crd = serde_json::to_value(TinycodeInstance::crd()).unwrap();
+        let storage =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"];
+        storage["x-kubernetes-validations"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn rule_for(field_path: &str) -> Value {
+        storage_rules()
+            .into_iter()
+            .find(|r| r["fieldPath"] == field_path)
+            .unwrap_or_else(|| panic!("no spec.storage rule with fieldPath {field_path}"))
+    }
+
+    #[test]
+    fn storage_is_fixed_at_creation_by_transition_rules() {
+        for (path, field, needle) in [
+            (".storageClassName", "spec.storage.storageClassName", "self.storageClassName == oldSelf.storageClassName"),
+            (
+                ".projectsAccessMode",
+                "spec.storage.projectsAccessMode",
+                "self.projectsAccessMode == oldSelf.projectsAccessMode",
+            ),
+            (".hostPath", "spec.storage.hostPath.path", "self.hostPath.path == oldSelf.hostPath.path"),
+            (
+                ".dataSize",
+                "spec.storage.dataSize",
+                "quantity(self.dataSize).compareTo(quantity(oldSelf.dataSize)) >= 0",
+            ),
+            (
+                ".projectsSize",
+                "spec.storage.projectsSize",
+                "quantity(self.projectsSize).compareTo(quantity(oldSelf.projectsSize)) >= 0",
+            ),
+        ] {
+            let r = rule_for(path);
+            let rule = r["rule"].as_str().unwrap();
+            let message = r["message"].as_str().unwrap();
+            assert!(rule.contains(needle), "{path}: {rule}");
+            assert!(rule.contains("oldSelf"), "{path} must be a transition rule");
+            assert!(message.starts_with(field), "{path}: {message}");
+            assert!(message.contains("re-create the instance"), "{path}: {message}");
+            assert!(
+                message.contains(
+                    "storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted"
+                ),
+                "{path}: {message}"
+            );
+            assert!(!message.contains('\n'), "CRD rule messages must be one line");
+        }
+    }
+
+    #[test]
+    fn optional_storage_fields_compare_presence_on_both_sides() {
+        // Setting or removing an optional field is a change too; a rule that only
+        // compared values would let `has()` mismatches through (or fail on them).
+        for (path, field) in [(".storageClassName", "storageClassName"), (".hostPath", "hostPath")] {
+            let rule = rule_for(path)["rule"].as_str().unwrap().to_string();
+            assert!(rule.starts_with(&format!("has(self.{field}) == has(oldSelf.{field}) && ")), "{rule}");
+        }
+        // Sizes compare only valid quantities, so an invalid old value cannot make every update fail.
+        for path in [".dataSize", ".projectsSize"] {
+            let rule = rule_for(path)["rule"].as_str().unwrap().to_string();
+            assert!(rule.contains("!isQuantity(oldSelf."), "{rule}");
+        }
+    }
+
+    #[test]
+    fn storage_rules_sit_where_storage_always_exists() {
+        // Transition rules run only where the old value exists: spec.storage and the
+        // fields compared without has() guards carry schema defaults.
+        let crd = serde_json::to_value(TinycodeInstance::crd()).unwrap();
+        let storage =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"];
+        assert!(storage["default"].is_object(), "{storage}");
+        for f in ["dataSize", "projectsSize", "projectsAccessMode", "retainOnDelete"] {
+            assert!(!storage["properties"][f]["default"].is_null(), "{f} has no default");
+        }
+        assert_eq!(storage["properties"]["retainOnDelete"]["default"], true);
+        assert!(
+            !storage_rules().iter().any(|r| r["rule"].as_str().unwrap().contains("retainOnDelete")),
+            "retainOnDelete stays mutable"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! Command line: `run` (the controller), `crd`, `values`, `values-schema`,
 //! `scc`, `openshift-crds` and `version`. Every setting has an env fallback so
-//! the manager Deployment configures it through env.
+//! the manager Deployment configures it through env. Settings are global flags:
+//! they are accepted before or after the subcommand (`--concurrency 2 run` and
+//! `run --concurrency 2` are the same) and `run --help` lists them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,79 +73,86 @@ pub enum Command {
     Version,
 }
 
-/// Cluster-admin settings shared by `run` and `values`.
+/// Cluster-admin settings shared by `run` and `values` (global: accepted before or after the subcommand).
 #[derive(Args, Debug, Clone)]
 pub struct SettingsArgs {
     /// Registries instance images may come from (comma-separated).
-    #[arg(long, env = "TINYCODE_ALLOWED_REGISTRIES", value_delimiter = ',', default_value = "quay.io,ghcr.io")]
+    #[arg(
+        long,
+        global = true,
+        env = "TINYCODE_ALLOWED_REGISTRIES",
+        value_delimiter = ',',
+        default_value = "quay.io,ghcr.io"
+    )]
     pub allowed_registries: Vec<String>,
     /// ClusterRoles instances may bind with spec.clusterAdmin.clusterRole once their
     /// namespace approves one (comma-separated; admin, cluster-admin and the
     /// operator's own roles are refused even when listed). The operator also needs
     /// `bind` on each (src/rbac.rs).
-    #[arg(long, env = "TINYCODE_ALLOWED_CLUSTER_ROLES", value_delimiter = ',', default_value = "view")]
+    #[arg(long, global = true, env = "TINYCODE_ALLOWED_CLUSTER_ROLES", value_delimiter = ',', default_value = "view")]
     pub allowed_cluster_roles: Vec<String>,
     /// Namespace the operator runs in; Helm release records are kept there.
-    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "tinycode-operator-system")]
+    #[arg(long, global = true, env = "OPERATOR_NAMESPACE", default_value = "tinycode-operator-system")]
     pub operator_namespace: String,
     /// ServiceAccount the operator runs as (named in namespace-preparation messages).
-    #[arg(long, env = "OPERATOR_SERVICE_ACCOUNT", default_value = "tinycode-operator-manager")]
+    #[arg(long, global = true, env = "OPERATOR_SERVICE_ACCOUNT", default_value = "tinycode-operator-manager")]
     pub operator_service_account: String,
     /// Label (key=value) a namespace must carry before instances are accepted there.
-    #[arg(long, env = "TINYCODE_REQUIRED_NAMESPACE_LABEL")]
+    #[arg(long, global = true, env = "TINYCODE_REQUIRED_NAMESPACE_LABEL")]
     pub required_namespace_label: Option<String>,
     /// Ollama image for instances with ollama.enabled.
-    #[arg(long, env = "TINYCODE_OLLAMA_IMAGE", default_value = "docker.io/ollama/ollama:latest")]
+    #[arg(long, global = true, env = "TINYCODE_OLLAMA_IMAGE", default_value = "docker.io/ollama/ollama:latest")]
     pub ollama_image: String,
     /// Size of the Ollama models PVC.
-    #[arg(long, env = "TINYCODE_OLLAMA_MODELS_SIZE", default_value = "20Gi")]
+    #[arg(long, global = true, env = "TINYCODE_OLLAMA_MODELS_SIZE", default_value = "20Gi")]
     pub ollama_models_size: String,
     /// The helm 3 binary.
-    #[arg(long, env = "HELM_BIN", default_value = "helm")]
+    #[arg(long, global = true, env = "HELM_BIN", default_value = "helm")]
     pub helm_bin: PathBuf,
     /// The bundled chart.
-    #[arg(long, env = "HELM_CHART_PATH", default_value = "helm-charts/tinycode")]
+    #[arg(long, global = true, env = "HELM_CHART_PATH", default_value = "helm-charts/tinycode")]
     pub chart_path: PathBuf,
     /// Helm failures allowed for one rendering (spec, chart, operator version) before the
     /// instance is Stalled; a changed spec or tinycode.dev/reconcile-requested-at tries again.
     #[arg(long, env = "TINYCODE_MAX_RETRIES", default_value_t = 5)]
     pub max_retries: u32,
     /// Longest a helm run may take.
-    #[arg(long, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
+    #[arg(long, global = true, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
     pub helm_timeout_seconds: u64,
     /// Probe vLLM servers on loopback addresses (local stand-ins in tests only).
-    #[arg(long, env = "TINYCODE_VLLM_ALLOW_LOOPBACK")]
+    #[arg(long, global = true, env = "TINYCODE_VLLM_ALLOW_LOOPBACK")]
     pub vllm_allow_loopback: bool,
     /// Timeout of one vLLM probe request.
-    #[arg(long, env = "TINYCODE_VLLM_PROBE_TIMEOUT_SECONDS", default_value_t = 3)]
+    #[arg(long, global = true, env = "TINYCODE_VLLM_PROBE_TIMEOUT_SECONDS", default_value_t = 3)]
     pub vllm_probe_timeout_seconds: u64,
     /// Re-check delay for instances blocked on something outside their spec.
-    #[arg(long, env = "TINYCODE_BLOCKED_REQUEUE_SECONDS", default_value_t = 30)]
+    #[arg(long, global = true, env = "TINYCODE_BLOCKED_REQUEUE_SECONDS", default_value_t = 30)]
     pub blocked_requeue_seconds: u64,
 }
 
+/// Settings of the controller only (global like [`SettingsArgs`], so `run --help` lists them).
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Watch only this namespace (empty: all).
-    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    #[arg(long, global = true, env = "WATCH_NAMESPACE", default_value = "")]
     pub watch_namespace: String,
     /// Instances reconciled at once.
-    #[arg(long, env = "TINYCODE_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, global = true, env = "TINYCODE_CONCURRENCY", default_value_t = 4)]
     pub concurrency: u16,
     /// Log as JSON lines.
-    #[arg(long, env = "TINYCODE_LOG_JSON")]
+    #[arg(long, global = true, env = "TINYCODE_LOG_JSON")]
     pub log_json: bool,
     /// Address of /healthz and /readyz.
-    #[arg(long, env = "TINYCODE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    #[arg(long, global = true, env = "TINYCODE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: std::net::SocketAddr,
     /// Address of /metrics.
-    #[arg(long, env = "TINYCODE_METRICS_ADDR", default_value = "0.0.0.0:8383")]
+    #[arg(long, global = true, env = "TINYCODE_METRICS_ADDR", default_value = "0.0.0.0:8383")]
     pub metrics_addr: std::net::SocketAddr,
     /// Hold a Lease in the operator namespace so only one replica reconciles.
-    #[arg(long, env = "TINYCODE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, global = true, env = "TINYCODE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// Seconds a leader lease lasts without renewal.
-    #[arg(long, env = "TINYCODE_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    #[arg(long, global = true, env = "TINYCODE_LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u64,
 }
 
@@ -463,5 +472,124 @@ fn init_logging(json: bool) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("tinycode-operator").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?} refused: {e}"))
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn settings_after_run() {
+        let cli = parse(&[
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:9999",
+            "--health-addr",
+            "127.0.0.1:9998",
+            "--concurrency",
+            "2",
+            "--leader-elect",
+            "false",
+            "--lease-duration-seconds",
+            "7",
+            "--watch-namespace",
+            "team-a",
+            "--helm-bin",
+            "/opt/helm",
+            "--allowed-registries",
+            "a.example,b.example",
+            "--allowed-cluster-roles",
+            "view,edit",
+            "--operator-namespace",
+            "ops",
+        ]);
+        assert!(matches!(cli.command, Some(Command::Run)));
+        assert_eq!(cli.run.metrics_addr, "127.0.0.1:9999".parse().unwrap());
+        assert_eq!(cli.run.health_addr, "127.0.0.1:9998".parse().unwrap());
+        assert_eq!(cli.run.concurrency, 2);
+        assert!(!cli.run.leader_elect);
+        assert_eq!(cli.run.lease_duration_seconds, 7);
+        assert_eq!(cli.run.watch_namespace, "team-a");
+        assert_eq!(cli.settings.helm_bin, PathBuf::from("/opt/helm"));
+        assert_eq!(cli.settings.allowed_registries, ["a.example", "b.example"]);
+        assert_eq!(cli.settings.allowed_cluster_roles, ["view", "edit"]);
+        assert_eq!(cli.settings.operator_namespace, "ops");
+    }
+
+    #[test]
+    fn settings_before_run() {
+        let cli = parse(&["--concurrency", "2", "--metrics-addr", "127.0.0.1:9999", "run"]);
+        assert!(matches!(cli.command, Some(Command::Run)));
+        assert_eq!(cli.run.concurrency, 2);
+        assert_eq!(cli.run.metrics_addr, "127.0.0.1:9999".parse().unwrap());
+    }
+
+    #[test]
+    fn settings_on_both_sides_of_run() {
+        let cli = parse(&["--concurrency", "2", "run", "--helm-timeout-seconds", "9"]);
+        assert_eq!(cli.run.concurrency, 2);
+        assert_eq!(cli.settings.helm_timeout_seconds, 9);
+    }
+
+    #[test]
+    fn no_subcommand_runs_the_controller_with_settings() {
+        let cli = parse(&["--concurrency", "3"]);
+        assert!(cli.command.is_none(), "main() treats a missing subcommand as run");
+        assert_eq!(cli.run.concurrency, 3);
+    }
+
+    #[test]
+    fn values_takes_settings_after_it() {
+        let cli = parse(&["values", "-f", "x.yaml", "--allowed-registries", "a"]);
+        match cli.command {
+            Some(Command::Values { file, .. }) => assert_eq!(file, PathBuf::from("x.yaml")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cli.settings.allowed_registries, ["a"]);
+        let cli = parse(&["--allowed-registries", "b", "values", "-f", "x.yaml"]);
+        assert_eq!(cli.settings.allowed_registries, ["b"]);
+    }
+
+    #[test]
+    fn unknown_flags_are_still_refused() {
+        assert!(Cli::try_parse_from(["tinycode-operator", "run", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn run_help_lists_the_settings_and_their_env() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let run = cmd.find_subcommand_mut("run").expect("run subcommand");
+        let help = run.render_help().to_string();
+        for needle in [
+            "--metrics-addr",
+            "TINYCODE_METRICS_ADDR",
+            "--health-addr",
+            "TINYCODE_HEALTH_ADDR",
+            "--concurrency",
+            "TINYCODE_CONCURRENCY",
+            "--leader-elect",
+            "--allowed-registries",
+            "TINYCODE_ALLOWED_REGISTRIES",
+            "--helm-bin",
+            "HELM_BIN",
+            "--watch-namespace",
+            "WATCH_NAMESPACE",
+        ] {
+            assert!(help.contains(needle), "run --help lacks {needle}:\n{help}");
+        }
     }
 }

@@ -107,6 +107,10 @@ pub struct SecurityContextConstraints {
     pub allowed_capabilities: Option<Vec<String>>,
     pub default_add_capabilities: Option<Vec<String>>,
     pub required_drop_capabilities: Option<Vec<String>>,
+    /// Required (but nullable) in the real SCC schema. The operator's SCCs always
+    /// set it (to 0): a `null` is dropped by a client-side `kubectl apply`, and the
+    /// apiserver then refuses the object with `priority: Required value`. `None`
+    /// remains readable because other SCCs on a cluster may carry `null`.
     pub priority: Option<i32>,
     pub read_only_root_filesystem: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,6 +30,12 @@ pub const ALL_TIERS: [SccTier; 3] = [SccTier::Restricted, SccTier::Hostpath, Scc
 /// Container UID every tier pins.
 pub const RUN_AS_UID: i64 = 1001;
 
+/// `priority` of every tier's SCC. OpenShift treats a nil priority as 0 when
+/// ordering SCCs, so 0 is equivalent to leaving it unset, but it is written
+/// explicitly because the field is required (nullable) in the real schema and a
+/// client-side `kubectl apply` drops a `null`.
+pub const SCC_PRIORITY: i32 = 0;
+
 impl SccTier {
     /// Shell wins over nothing and hostPath over nothing; shell with hostPath is
     /// refused by validation before this is asked.
@@ -126,7 +132,11 @@ impl SccTier {
             allowed_capabilities: Some(if shell { vec!["SYS_PTRACE".into()] } else { vec![] }),
             default_add_capabilities: Some(vec![]),
             required_drop_capabilities: Some(if shell { vec![] } else { vec!["ALL".into()] }),
-            priority: None,
+            // Explicitly 0 rather than null: OpenShift orders SCCs treating a nil
+            // priority as 0, so this admits exactly as null would, and unlike null it
+            // survives a client-side `kubectl apply` (which drops nulls, leaving the
+            // required field missing) as well as server-side apply and `oc create`.
+            priority: Some(SCC_PRIORITY),
             read_only_root_filesystem: false,
             run_as_user: Some(serde_json::json!({"type": "MustRunAs", "uid": RUN_AS_UID})),
             se_linux_context: Some(serde_json::json!({"type": "MustRunAs"})),
@@ -243,6 +253,36 @@ mod tests {
             assert_eq!(scc.run_as_user.as_ref().unwrap()["uid"], 1001);
             assert_eq!(scc.allow_privilege_escalation, Some(false));
             assert_eq!(scc.seccomp_profiles, Some(vec!["runtime/default".to_string()]));
+        }
+    }
+
+    #[test]
+    fn scc_priority_is_an_explicit_zero() {
+        for tier in ALL_TIERS {
+            let m = crate::openshift::scc_manifest(&tier.scc());
+            assert_eq!(m["priority"], serde_json::json!(0), "{}", tier.scc_name());
+        }
+    }
+
+    /// Every field the real OpenShift SCC schema requires is present and not null
+    /// (a client-side apply drops nulls). Skipped when the real CRDs are absent.
+    #[test]
+    fn scc_manifests_carry_every_required_field_of_the_real_schema() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/openshift-crds/securitycontextconstraints.security.openshift.io.yaml");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            eprintln!("skipped: {} is absent", path.display());
+            return;
+        };
+        let crd: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        let required = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["required"].as_array().unwrap().clone();
+        assert!(required.contains(&serde_json::json!("priority")));
+        for tier in ALL_TIERS {
+            let m = crate::openshift::scc_manifest(&tier.scc());
+            for field in &required {
+                let field = field.as_str().unwrap();
+                assert!(!m[field].is_null(), "{} lacks required {field} (or it is null)", tier.scc_name());
+            }
         }
     }
 

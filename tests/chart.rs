@@ -381,6 +381,8 @@ fn ollama_bundle_lives_in_the_same_release() {
     find(&docs, "Service", "dev-ollama");
     let pvc = find(&docs, "PersistentVolumeClaim", "dev-ollama-models");
     assert_eq!(pvc["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    // The Ollama pods run under the same tier SCC as tinycode, pinned like its pods.
+    assert_eq!(od["spec"]["template"]["metadata"]["annotations"]["openshift.io/required-scc"], "tinycode-restricted");
     let c = &od["spec"]["template"]["spec"]["containers"][0];
     // Models are positional arguments after the fixed script, never spliced into it.
     let argv: Vec<String> = c["command"]
