@@ -215,3 +215,59 @@ pub async fn failed_upgrade_rolls_back_to_the_last_good_revision(env: &mut Env) 
     ensure(selector.is_empty(), format!("the refused rendering runs: {selector:?}"))?;
     delete_and_wait_gone(&c, &ns, "dev").await
 }
+
+/// A 63-character name (the Kubernetes limit) runs: every derived name fits.
+pub async fn a_63_character_name_runs(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("longname");
+    env.prepare_with_script(&ns)?;
+    let name = format!("long-{}", "x".repeat(58));
+    ensure_eq(name.len(), 63, "name length")?;
+    let spec = json!({"hostname": format!("long.{ns}.apps.local.test")});
+    deploy(env, &c, &ns, &name, spec).await?;
+    let inst = running(&c, &ns, &name).await?;
+    let fullname = naming::fullname(&name);
+    ensure(fullname.len() <= 63, format!("{fullname} is longer than 63"))?;
+    Api::<Service>::namespaced(c.clone(), &ns).get(&fullname).await.ctx("the Service")?;
+    ensure_eq(
+        inst.status.as_ref().and_then(|s| s.helm_release.clone()),
+        Some(naming::release_name(&ns, &name)),
+        "status.helmRelease",
+    )?;
+    delete_and_wait_gone(&c, &ns, &name).await
+}
+
+/// Storage fields helm cannot change are refused at admission, with the fix.
+pub async fn storage_is_fixed_at_creation(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("immutable");
+    env.prepare_with_script(&ns)?;
+    let base = json!({"storage": {"storageClassName": "fast", "projectsSize": "20Gi"}});
+    apply_instance(&c, &ns, "dev", base).await.ctx("create")?;
+    let cases = [
+        (json!({"storage": {"storageClassName": "slow", "projectsSize": "20Gi"}}), "spec.storage.storageClassName"),
+        (
+            json!({"storage": {"storageClassName": "fast", "projectsSize": "5Gi"}}),
+            "spec.storage.projectsSize cannot shrink",
+        ),
+        (
+            json!({"storage": {"storageClassName": "fast", "projectsSize": "20Gi", "projectsAccessMode": "ReadWriteMany"}}),
+            "spec.storage.projectsAccessMode",
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (spec, want) in cases {
+        match apply_instance(&c, &ns, "dev", spec.clone()).await {
+            Ok(_) => problems.push(format!("{spec} was admitted")),
+            Err(kube::Error::Api(s))
+                if s.code == 422 && s.message.contains(want) && s.message.contains("retainOnDelete") => {}
+            Err(e) => problems.push(format!("{spec}: expected a 422 naming {want:?} and retainOnDelete, got {e}")),
+        }
+    }
+    // Growing is allowed.
+    apply_instance(&c, &ns, "dev", json!({"storage": {"storageClassName": "fast", "projectsSize": "30Gi"}}))
+        .await
+        .ctx("grow")?;
+    ensure(problems.is_empty(), problems.join("\n"))?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}

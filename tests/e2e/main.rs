@@ -76,6 +76,8 @@ fn main() {
         failing_release_stalls_and_recovers_on_request,
         failed_upgrade_rolls_back_to_the_last_good_revision,
         suspend_stops_helm_and_resume_applies,
+        a_63_character_name_runs,
+        storage_is_fixed_at_creation,
         no_permission_errors_in_any_scenario,
     ];
     let selected: Vec<_> =
