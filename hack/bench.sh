@@ -6,7 +6,8 @@
 #
 # Figures: time until every instance has a Helm release, helm time per run,
 # reconciles and helm runs while idle, time for a restarted operator to resync
-# all instances (it must run no helm for unchanged instances), time to delete all.
+# all instances (it must run no helm for unchanged instances), time for an
+# operator upgrade (a new chart version) to re-render all, time to delete all.
 set -euo pipefail
 
 N=${1:-100}
@@ -28,8 +29,9 @@ BIN=$ROOT/target/$PROFILE
 "$BIN/tinycode-local" setup --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
 
 op=
+CHART=$ROOT/helm-charts/tinycode
 start_operator() {
-	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$ROOT/helm-charts/tinycode" \
+	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
 		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn \
 		"$BIN/tinycode-operator" run >>"$STATE/operator.log" 2>&1 &
 	op=$!
@@ -42,6 +44,7 @@ metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
 }
 installed() { "$K" get tinycodeinstances -n "$NS" -o jsonpath='{range .items[*]}{.status.helmRevision}{"\n"}{end}' | grep -c . || true; }
+rerendered() { "$K" get tinycodeinstances -n "$NS" -o jsonpath='{range .items[*]}{.status.helmRevision}{"\n"}{end}' | awk '$1 >= 2' | grep -c . || true; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -71,6 +74,17 @@ resync_s=$(since "$t1")
 resync_helm=$(metric tinycode_operator_helm_invocations_total)
 rss_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
 
+# An operator upgrade: the same operator with a chart whose version changed
+# re-renders every instance through the worker pool.
+stop_operator
+cp -r "$ROOT/helm-charts/tinycode" "$STATE/chart"
+sed -i 's/^version:.*/version: 99.0.0/' "$STATE/chart/Chart.yaml"
+CHART=$STATE/chart
+t3=$(now)
+start_operator
+until [[ $(rerendered) -ge $N ]]; do sleep 0.5; done
+upgrade_s=$(since "$t3")
+
 t2=$(now)
 "$K" delete tinycodeinstances --all -n "$NS" --wait=true --timeout=600s >/dev/null
 delete_s=$(since "$t2")
@@ -81,4 +95,5 @@ printf 'helm upgrade runs / mean duration  %.0f / %s s\n' "$helm_runs" "$(awk -v
 printf 'idle 30 s: reconciles / helm runs  %.0f / %.0f\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')"
 printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0)\n' "$resync_s" "$resync_helm"
 printf 'operator RSS after resync          %d MiB\n' "$((rss_kb / 1024))"
+printf 'operator upgrade: all re-rendered  %s s\n' "$upgrade_s"
 printf 'all deleted after                  %s s\n' "$delete_s"
