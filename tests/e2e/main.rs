@@ -484,9 +484,12 @@ async fn deleted_or_edited_children_are_repaired(env: &mut Env) -> TestResult {
     wait_for("the NetworkPolicy to be re-created", WAIT, || async { policies.get_opt("dev-tinycode").await.ctx("np") })
         .await?;
 
-    let rev = env.release(&release)?.ok_or("release gone")?;
-    ensure(rev.1 == "deployed" && rev.0 >= 3, format!("each repair is a helm revision; release is {rev:?}"))?;
-    Ok(())
+    // The NetworkPolicy exists as soon as helm created it; the revision finishes after.
+    wait_for("each repair to be a deployed helm revision", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed" && r.0 >= 3))
+    })
+    .await
+    .map(drop)
 }
 
 async fn unprepared_namespace_fails_then_recovers(env: &mut Env) -> TestResult {
