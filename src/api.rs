@@ -144,6 +144,10 @@ pub struct TinycodeInstanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<Git>,
 
+    /// Kubernetes Ingress options (clusters without OpenShift Routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<IngressOptions>,
+
     /// Pause the operator for this instance (maintenance): no helm runs and no
     /// writes to its objects until it is false again; deletion still cleans up.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -468,6 +472,16 @@ pub struct TinycodeInstanceStatus {
     /// reconcile, helm included, ran for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+}
+
+/// How the Ingress is built on Kubernetes (ignored on OpenShift, where the Route serves).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressOptions {
+    /// Secret (type kubernetes.io/tls) with the certificate for spec.hostname; unset: plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub tls_secret_name: Option<String>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -85,6 +85,21 @@ pub struct SettingsArgs {
         default_value = "quay.io,ghcr.io"
     )]
     pub allowed_registries: Vec<String>,
+    /// OpenShift (Routes, SCC grants) or plain Kubernetes (Ingress, Pod Security labels);
+    /// auto: detected from API discovery at start-up.
+    #[arg(long, global = true, env = "TINYCODE_PLATFORM", value_enum, default_value = "auto")]
+    pub platform: crate::platform::PlatformChoice,
+    /// IngressClass of instance Ingresses (Kubernetes); unset: the cluster's default class, else none.
+    #[arg(long, global = true, env = "TINYCODE_INGRESS_CLASS")]
+    pub ingress_class: Option<String>,
+    /// Annotations (key=value, comma-separated) on every instance Ingress, e.g.
+    /// cert-manager.io/cluster-issuer=letsencrypt.
+    #[arg(long, global = true, env = "TINYCODE_INGRESS_ANNOTATIONS", value_delimiter = ',')]
+    pub ingress_annotations: Vec<String>,
+    /// Namespace of the ingress controller (Kubernetes): with the instance's own, the
+    /// only namespace whose pods the NetworkPolicy lets reach the UI.
+    #[arg(long, global = true, env = "TINYCODE_INGRESS_NAMESPACE", default_value = "ingress-nginx")]
+    pub ingress_namespace: String,
     /// ClusterRoles instances may bind with spec.clusterAdmin.clusterRole once their
     /// namespace approves one (comma-separated; admin, cluster-admin and the
     /// operator's own roles are refused even when listed). The operator also needs
@@ -196,6 +211,26 @@ impl SettingsArgs {
                 allow_loopback: self.vllm_allow_loopback,
                 ..Default::default()
             },
+            // Without a cluster (the values command), auto means OpenShift; `run` detects.
+            platform: crate::platform::Platform::from_groups(
+                self.platform,
+                &["route.openshift.io".to_string(), "security.openshift.io".to_string()],
+            ),
+            ingress: crate::ingress::IngressSettings {
+                class: self.ingress_class.clone().filter(|c| !c.is_empty()),
+                annotations: self
+                    .ingress_annotations
+                    .iter()
+                    .filter(|a| !a.trim().is_empty())
+                    .map(|a| {
+                        a.split_once('=')
+                            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                            .ok_or_else(|| format!("--ingress-annotations {a:?} must be key=value"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            },
+            ingress_namespace: self.ingress_namespace.clone(),
+            platform_choice: self.platform,
         })
     }
 }
@@ -360,7 +395,23 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
         tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
         return ExitCode::from(1);
     }
+    let mut settings = settings;
+    let choice = settings.platform_choice;
+    settings.platform = match crate::platform::detect(&client, choice).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read API discovery to tell OpenShift from Kubernetes; set --platform");
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(
+        platform = settings.platform.name(),
+        routes = settings.platform.routes,
+        sccs = settings.platform.sccs,
+        "platform"
+    );
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    metrics.platform(settings.platform.name());
     let health = Arc::new(crate::health::HealthState::default());
     health.alive.store(true, Ordering::Relaxed);
     if let Err(e) = crate::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone()).await {
@@ -424,6 +475,30 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     }
     health.leader.store(true, Ordering::Relaxed);
 
+    // The APIs can change under a running operator (the OpenShift APIs
+    // installed or removed): re-read discovery each minute and restart on a
+    // change, so the watches and the code path match the cluster again.
+    let platform_changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if choice == crate::platform::PlatformChoice::Auto {
+        let (client, stop_tx, changed, current) =
+            (client.clone(), stop_tx.clone(), platform_changed.clone(), settings.platform);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                match crate::platform::detect(&client, choice).await {
+                    Ok(p) if p != current => {
+                        tracing::warn!(was = current.name(), now = p.name(), "the cluster's APIs changed; restarting");
+                        changed.store(true, Ordering::Relaxed);
+                        let _ = stop_tx.send(true);
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "cannot re-read API discovery"),
+                }
+            }
+        });
+    }
+
     let helm = match Helm::new(
         settings.helm_bin.clone(),
         settings.chart_path.clone(),
@@ -448,6 +523,12 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     crate::controller::run(ctx, opts, health, shutdown).await;
     if lost.load(Ordering::Relaxed) {
         tracing::error!("stopped after losing the leader lease");
+        return ExitCode::from(1);
+    }
+    if platform_changed.load(Ordering::Relaxed) {
+        if let Some(elector) = &elector {
+            elector.release().await;
+        }
         return ExitCode::from(1);
     }
     if let Some(elector) = &elector {

@@ -12,7 +12,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass, NetworkPolicy};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
@@ -39,7 +39,10 @@ use crate::scc::{ALL_TIERS, SccTier};
 use crate::settings::Settings;
 use crate::status::{self, Desired, Observed};
 use crate::values::{self, Approved, InstanceRef, Values};
-use crate::{FIELD_MANAGER, approval, config, manifest, naming, prepare, release, route, scc, validation, vllm};
+use crate::{
+    FIELD_MANAGER, approval, config, ingress, manifest, naming, platform, prepare, release, route, scc, validation,
+    vllm,
+};
 
 /// Annotation on the Deployment holding the digest of the values it was rendered from.
 pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
@@ -122,6 +125,7 @@ pub async fn run(
     let ns = opts.watch_namespace.as_deref();
     let instances: Api<TinycodeInstance> = scoped_api(&client, ns);
     let owned = watcher::Config::default().labels(PART_OF_SELECTOR);
+    let platform = ctx.settings.platform;
     let controller = Controller::new(instances, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(opts.concurrency));
     let store = controller.store();
@@ -144,15 +148,21 @@ pub async fn run(
             }
         }
     });
-    controller
+    let controller = controller
         .owns(scoped_api::<Deployment>(&client, ns), owned.clone())
         .owns(scoped_api::<Service>(&client, ns), owned.clone())
         .owns(scoped_api::<ServiceAccount>(&client, ns), owned.clone())
         .owns(scoped_api::<ConfigMap>(&client, ns), owned.clone())
         .owns(scoped_api::<NetworkPolicy>(&client, ns), owned.clone())
         .owns(scoped_api::<Role>(&client, ns), owned.clone())
-        .owns(scoped_api::<RoleBinding>(&client, ns), owned.clone())
-        .owns(scoped_api::<Route>(&client, ns), owned)
+        .owns(scoped_api::<RoleBinding>(&client, ns), owned.clone());
+    // Watch the exposure the platform has (a missing API would fail its watch forever).
+    let controller = if platform.routes {
+        controller.owns(scoped_api::<Route>(&client, ns), owned)
+    } else {
+        controller.owns(scoped_api::<Ingress>(&client, ns), owned)
+    };
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -225,7 +235,10 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
         Err(err) => {
             ctx.metrics.reconciled(err.reason(), started.elapsed());
             ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
+            let platform = ctx.settings.platform;
             let message = err.to_string();
+            // Commands in messages use the CLI the cluster has.
+            let message = if platform.cli() == "kubectl" { message.replace("`oc ", "`kubectl ") } else { message };
             let generation = inst.metadata.generation;
             let mut extra: Vec<Desired> = status::progress(&err);
             if err.reason().starts_with("Kubeconfig") || err.reason() == "ClusterRoleNotApproved" {
@@ -276,8 +289,11 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     }
     check_prepared(ctx, &ns).await?;
     let tier = SccTier::select(spec);
+    let platform = ctx.settings.platform;
     tier.check_approval(&ns, &ns_labels).map_err(|m| Error::blocked("SccNotApproved", m))?;
-    if Api::<SecurityContextConstraints>::all(client.clone()).get_opt(&tier.scc_name()).await?.is_none() {
+    if !platform.sccs {
+        platform::check_pod_security(&ns, tier, &ns_labels).map_err(|m| Error::blocked("PodSecurityNotAllowed", m))?;
+    } else if Api::<SecurityContextConstraints>::all(client.clone()).get_opt(&tier.scc_name()).await?.is_none() {
         return Err(Error::blocked(
             "SccMissing",
             format!(
@@ -364,11 +380,13 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
 
     // 5. SCC grant (RBAC, one RoleBinding per instance and tier)
     let owner = owner_reference(inst);
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
-    let grant = scc::grant(&name, &ns, tier, owner.clone());
-    bindings.patch(&naming::scc_grant(&name, tier.as_str()), &apply_params(), &Patch::Apply(&grant)).await?;
-    for other in ALL_TIERS.iter().filter(|t| **t != tier) {
-        delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
+    if platform.sccs {
+        let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+        let grant = scc::grant(&name, &ns, tier, owner.clone());
+        bindings.patch(&naming::scc_grant(&name, tier.as_str()), &apply_params(), &Patch::Apply(&grant)).await?;
+        for other in ALL_TIERS.iter().filter(|t| **t != tier) {
+            delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
+        }
     }
 
     // 6. vLLM probes (never blocking: failures become conditions), then values (pure)
@@ -390,14 +408,21 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let release_name = naming::release_name(&ns, &name);
     let revision = ensure_release(ctx, inst, &release_name, &values).await?;
 
-    // 8. Route
-    let routes: Api<Route> = Api::namespaced(client.clone(), &ns);
-    let desired_route = route::build(&name, &ns, spec, owner);
-    let live_route = routes.patch(&naming::route(&name), &apply_params(), &Patch::Apply(&desired_route)).await?;
+    // 8. Route (OpenShift) or Ingress (elsewhere)
+    let (exposure, exposure_condition) = if platform.routes {
+        let routes: Api<Route> = Api::namespaced(client.clone(), &ns);
+        let desired_route = route::build(&name, &ns, spec, owner);
+        let live = routes.patch(&naming::route(&name), &apply_params(), &Patch::Apply(&desired_route)).await?;
+        (Exposure { kind: "Route", host: route::admitted_host(&live), tls: live.spec.tls.is_some() }, None)
+    } else {
+        warnings.extend(ingress::warnings(spec));
+        let (exposure, condition) = ensure_ingress(ctx, inst, &name, &ns, owner).await?;
+        (exposure, Some(condition))
+    };
 
     // 9. status from what the cluster reports
     let deployment = Api::<Deployment>::namespaced(client.clone(), &ns).get_opt(&naming::fullname(&name)).await?;
-    let observed = observe(deployment.as_ref(), &live_route, spec.replicas);
+    let observed = observe(deployment.as_ref(), exposure, spec.replicas);
     let (phase, url, ready) = status::workload_status(&observed, &warnings);
     let generation = inst.metadata.generation;
     let prev = inst.status.clone().unwrap_or_default();
@@ -410,6 +435,7 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             &std::iter::once(ready)
                 .chain(vllm_conditions)
                 .chain(cluster_admin_condition)
+                .chain(exposure_condition)
                 .chain(status::progress_ok(phase))
                 .collect::<Vec<_>>(),
             &now(),
@@ -947,8 +973,13 @@ async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error
     for tier in ALL_TIERS {
         note_left(delete_namespaced(&bindings, &naming::scc_grant(&name, tier.as_str())).await?, &mut left);
     }
-    let routes = Api::<Route>::namespaced(client.clone(), &ns);
-    note_left(delete_namespaced(&routes, &naming::route(&name)).await?, &mut left);
+    if ctx.settings.platform.routes {
+        let routes = Api::<Route>::namespaced(client.clone(), &ns);
+        note_left(delete_namespaced(&routes, &naming::route(&name)).await?, &mut left);
+    } else {
+        let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+        note_left(delete_namespaced(&ingresses, &naming::route(&name)).await?, &mut left);
+    }
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
     note_left(delete_namespaced(&secrets, &naming::kubeconfig_copy(&name)).await?, &mut left);
     remove_outside_objects(ctx, &ns, &name, &mut left).await?;
@@ -1036,7 +1067,7 @@ async fn check_prepared(ctx: &Context, ns: &str) -> Result<(), Error> {
         // Some authorizer could not list its rules; let the real calls decide.
         return Ok(());
     }
-    let missing = prepare::missing(&status.resource_rules);
+    let missing = prepare::missing(&status.resource_rules, ctx.settings.platform);
     if missing.is_empty() {
         return Ok(());
     }
@@ -1074,7 +1105,75 @@ fn secret_digest(secret: &Secret) -> String {
     values::sha256_hex(&bytes)
 }
 
-fn observe(deployment: Option<&Deployment>, route: &Route, desired_replicas: i32) -> Observed {
+/// Where the instance is reachable, as its Route or Ingress reports it.
+struct Exposure {
+    kind: &'static str,
+    host: Option<String>,
+    tls: bool,
+}
+
+/// The Ingress for the instance (or none without a host name), and the
+/// IngressReady condition saying how to reach it.
+async fn ensure_ingress(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    name: &str,
+    ns: &str,
+    owner: OwnerReference,
+) -> Result<(Exposure, Desired), Error> {
+    let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
+    let class = match &ctx.settings.ingress.class {
+        Some(c) => Some(c.clone()),
+        None => default_ingress_class(ctx).await?,
+    };
+    let Some(desired) = ingress::build(name, ns, &inst.spec, owner, &ctx.settings.ingress, class) else {
+        delete_ignoring_missing(&api, &naming::route(name)).await?;
+        let service = naming::fullname(name);
+        let condition = Desired::new(
+            status::INGRESS_READY,
+            false,
+            "NoHostname",
+            format!(
+                "spec.hostname is empty, so the instance has no Ingress; reach it with `kubectl port-forward -n {ns} svc/{service} 4096:4096` and open http://localhost:4096, or set spec.hostname"
+            ),
+        );
+        return Ok((Exposure { kind: "Ingress", host: None, tls: false }, condition));
+    };
+    let live = api.patch(&naming::route(name), &apply_params(), &Patch::Apply(&desired)).await?;
+    let published = ingress::published(&live);
+    let condition = match &published {
+        Some((host, _)) => Desired::new(
+            status::INGRESS_READY,
+            true,
+            "AddressPublished",
+            format!("the ingress controller serves {host}"),
+        ),
+        None => Desired::new(
+            status::INGRESS_READY,
+            false,
+            "AddressPending",
+            "waiting for an ingress controller to publish an address for the Ingress (check --ingress-class and that a controller runs)",
+        ),
+    };
+    let (host, tls) = published.map(|(h, t)| (Some(h), t)).unwrap_or((None, false));
+    Ok((Exposure { kind: "Ingress", host, tls }, condition))
+}
+
+/// The IngressClass annotated as the cluster's default, if there is one.
+async fn default_ingress_class(ctx: &Context) -> Result<Option<String>, Error> {
+    let classes = Api::<IngressClass>::all(ctx.client.clone()).list_metadata(&ListParams::default()).await?;
+    Ok(classes.items.into_iter().find_map(|c| {
+        let default = c
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("ingressclass.kubernetes.io/is-default-class"))
+            .is_some_and(|v| v == "true");
+        if default { c.metadata.name } else { None }
+    }))
+}
+
+fn observe(deployment: Option<&Deployment>, exposure: Exposure, desired_replicas: i32) -> Observed {
     let status = deployment.and_then(|d| d.status.clone()).unwrap_or_default();
     let generation = deployment.and_then(|d| d.metadata.generation);
     Observed {
@@ -1084,8 +1183,9 @@ fn observe(deployment: Option<&Deployment>, route: &Route, desired_replicas: i32
         deployment_current: deployment.is_some()
             && status.observed_generation.is_some()
             && status.observed_generation >= generation,
-        admitted_host: route::admitted_host(route),
-        tls: route.spec.tls.is_some(),
+        admitted_host: exposure.host,
+        tls: exposure.tls,
+        exposure: exposure.kind,
     }
 }
 

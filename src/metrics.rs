@@ -37,6 +37,11 @@ pub struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlatformLabels {
+    pub platform: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -55,6 +60,7 @@ pub struct Metrics {
     helm_duration: Family<ActionLabels, Histogram, fn() -> Histogram>,
     instances: Family<PhaseLabels, Gauge>,
     last_error: Family<ReasonLabels, Gauge>,
+    platform: Family<PlatformLabels, Gauge>,
     phases: Mutex<HashMap<String, Phase>>,
 }
 
@@ -90,6 +96,12 @@ impl Metrics {
             Unit::Seconds,
             last_error.clone(),
         );
+        let platform = Family::<PlatformLabels, Gauge>::default();
+        registry.register(
+            "platform_info",
+            "The platform the operator detected (1 for the one in use)",
+            platform.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -98,6 +110,7 @@ impl Metrics {
             helm_duration,
             instances,
             last_error,
+            platform,
             phases: Mutex::default(),
         }
     }
@@ -132,6 +145,12 @@ impl Metrics {
     }
 
     /// The text exposition format.
+    /// Records the platform in use (OpenShift or Kubernetes).
+    pub fn platform(&self, name: &str) {
+        self.platform.clear();
+        self.platform.get_or_create(&PlatformLabels { platform: name.into() }).set(1);
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding to a String cannot fail");

@@ -18,7 +18,6 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
     ("rbac.authorization.k8s.io", "roles", "create"),
     ("rbac.authorization.k8s.io", "rolebindings", "create"),
     ("networking.k8s.io", "networkpolicies", "create"),
-    ("route.openshift.io", "routes", "create"),
 ];
 
 fn matches(list: &[String], want: &str) -> bool {
@@ -35,10 +34,17 @@ pub fn allows(rules: &[ResourceRule], group: &str, resource: &str, verb: &str) -
     })
 }
 
-/// The needed permissions the rules lack, as `group/resource:verb`.
-pub fn missing(rules: &[ResourceRule]) -> Vec<String> {
+/// The needed permissions the rules lack, as `group/resource:verb`; the
+/// exposure object depends on the platform (a Route or an Ingress).
+pub fn missing(rules: &[ResourceRule], platform: crate::platform::Platform) -> Vec<String> {
+    let exposure = if platform.routes {
+        ("route.openshift.io", "routes", "create")
+    } else {
+        ("networking.k8s.io", "ingresses", "create")
+    };
     NEEDED
         .iter()
+        .chain(std::iter::once(&exposure))
         .filter(|(g, r, v)| !allows(rules, g, r, v))
         .map(|(g, r, v)| if g.is_empty() { format!("{r}:{v}") } else { format!("{g}/{r}:{v}") })
         .collect()
@@ -67,14 +73,21 @@ mod tests {
 
     #[test]
     fn wildcard_admin_rules_cover_everything() {
-        assert!(missing(&[rule(&["*"], &["*"], &["*"])]).is_empty());
+        use crate::platform::Platform;
+        assert!(missing(&[rule(&["*"], &["*"], &["*"])], Platform::OPENSHIFT).is_empty());
+        assert!(missing(&[rule(&["*"], &["*"], &["*"])], Platform::KUBERNETES).is_empty());
     }
 
     #[test]
     fn read_only_rules_are_not_enough() {
         let rules = vec![rule(&["", "apps"], &["*"], &["get", "list", "watch"])];
-        let m = missing(&rules);
-        assert_eq!(m.len(), NEEDED.len());
+        let m = missing(&rules, crate::platform::Platform::OPENSHIFT);
+        assert_eq!(m.len(), NEEDED.len() + 1);
+        assert!(m.contains(&"route.openshift.io/routes:create".to_string()));
+        let k = missing(&rules, crate::platform::Platform::KUBERNETES);
+        assert!(
+            k.contains(&"networking.k8s.io/ingresses:create".to_string()) && !k.iter().any(|x| x.contains("routes"))
+        );
         assert!(m.contains(&"apps/deployments:create".to_string()));
         assert!(m.contains(&"secrets:create".to_string()));
     }

@@ -114,6 +114,20 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "watch owned discovery Roles and SCC grants to repair drift",
     },
     Permission {
+        group: "networking.k8s.io",
+        resources: &["ingresses"],
+        verbs: &["list", "watch"],
+        names: any,
+        why: "watch owned Ingresses (Kubernetes without Routes) for their published address",
+    },
+    Permission {
+        group: "networking.k8s.io",
+        resources: &["ingressclasses"],
+        verbs: &["get", "list"],
+        names: any,
+        why: "find the cluster's default IngressClass",
+    },
+    Permission {
         group: "route.openshift.io",
         resources: &["routes"],
         verbs: &["list", "watch"],
@@ -297,6 +311,20 @@ mod tests {
             }
             assert!(!rule.verbs.contains(&"*".to_string()) && !resources.contains(&"*".to_string()));
         }
+    }
+
+    #[test]
+    fn kubernetes_needs_ingress_reads_only() {
+        let rules = cluster_role().rules.unwrap();
+        let find = |res: &str| {
+            rules
+                .iter()
+                .find(|r| r.resources.as_ref().unwrap().contains(&res.to_string()))
+                .map(|r| r.verbs.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(find("ingresses"), vec!["list", "watch"], "writes come from the namespace admin grant");
+        assert_eq!(find("ingressclasses"), vec!["get", "list"]);
     }
 
     #[test]

@@ -29,6 +29,15 @@ pub struct Settings {
     pub ollama_image: String,
     pub ollama_models_size: String,
     pub probes: crate::vllm::ProbeSettings,
+    /// OpenShift (Routes, SCCs) or plain Kubernetes (Ingress, Pod Security); detected at start-up.
+    pub platform: crate::platform::Platform,
+    /// `--platform`: auto (detect) or forced.
+    pub platform_choice: crate::platform::PlatformChoice,
+    /// How Ingresses are built where there are no Routes.
+    pub ingress: crate::ingress::IngressSettings,
+    /// Namespace of the ingress controller, the only one (with the instance's own)
+    /// whose pods reach the UI where there is no OpenShift router.
+    pub ingress_namespace: String,
 }
 
 impl Default for Settings {
@@ -48,6 +57,10 @@ impl Default for Settings {
             ollama_image: "docker.io/ollama/ollama:latest".into(),
             ollama_models_size: "20Gi".into(),
             probes: crate::vllm::ProbeSettings::default(),
+            platform: crate::platform::Platform::OPENSHIFT,
+            platform_choice: crate::platform::PlatformChoice::Auto,
+            ingress: crate::ingress::IngressSettings::default(),
+            ingress_namespace: "ingress-nginx".into(),
         }
     }
 }

@@ -8,6 +8,8 @@ pub const READY: &str = "Ready";
 pub const VLLM_WARNING: &str = "VllmWarning";
 pub const VLLM_CONFIG_READY: &str = "VllmConfigReady";
 pub const CLUSTER_ADMIN_READY: &str = "ClusterAdminReady";
+/// Kubernetes only: whether the Ingress exists and has an address, or how else to reach the instance.
+pub const INGRESS_READY: &str = "IngressReady";
 /// kstatus: work is in progress (a rollout, a helm run to retry).
 pub const RECONCILING: &str = "Reconciling";
 /// kstatus: the operator gave up until something changes.
@@ -75,6 +77,8 @@ pub struct Observed {
     pub admitted_host: Option<String>,
     /// The Route terminates TLS.
     pub tls: bool,
+    /// What exposes the instance: "Route" or "Ingress".
+    pub exposure: &'static str,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
@@ -93,6 +97,9 @@ pub fn workload_status(observed: &Observed, warnings: &[String]) -> (Phase, Opti
     }
     let mut message = match &url {
         Some(u) => format!("tinycode is available at {u}"),
+        None if observed.exposure == "Ingress" => {
+            "tinycode is available; it has no URL yet (see the IngressReady condition)".to_string()
+        }
         None => "tinycode is available; the Route has not been admitted by a router yet, so it has no URL".to_string(),
     };
     for w in warnings {
@@ -175,6 +182,7 @@ fn leak_type(t: &str) -> &'static str {
         VLLM_WARNING => VLLM_WARNING,
         VLLM_CONFIG_READY => VLLM_CONFIG_READY,
         CLUSTER_ADMIN_READY => CLUSTER_ADMIN_READY,
+        INGRESS_READY => INGRESS_READY,
         RECONCILING => RECONCILING,
         STALLED => STALLED,
         _ => READY,
@@ -231,6 +239,7 @@ mod tests {
             deployment_current: true,
             admitted_host: None,
             tls: true,
+            exposure: "Route",
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));

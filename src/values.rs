@@ -50,6 +50,15 @@ pub struct Values {
     pub git: GitValues,
     pub scc: SccValues,
     pub config: ConfigValues,
+    pub network_policy: NetworkPolicyValues,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkPolicyValues {
+    /// Labels of the namespaces whose pods may reach the UI besides the
+    /// instance's own: the OpenShift router's, or the ingress controller's.
+    pub ingress_namespace_labels: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -370,9 +379,20 @@ pub fn build(
         },
         scc: SccValues { tier, name: tier.scc_name() },
         config: ConfigValues { json, checksum },
+        network_policy: NetworkPolicyValues { ingress_namespace_labels: ingress_sources(settings) },
     };
     values.values_hash = hash(&values, &rendering(settings));
     values
+}
+
+/// Where the traffic to the UI comes from: the OpenShift router's namespaces
+/// (their policy-group label), else the ingress controller's namespace.
+fn ingress_sources(settings: &Settings) -> BTreeMap<String, String> {
+    if settings.platform.routes {
+        BTreeMap::from([("policy-group.network.openshift.io/ingress".into(), String::new())])
+    } else {
+        BTreeMap::from([("kubernetes.io/metadata.name".into(), settings.ingress_namespace.clone())])
+    }
 }
 
 /// What besides the values decides the rendering: the chart and the operator.
@@ -460,6 +480,7 @@ mod tests {
             "git",
             "scc",
             "config",
+            "networkPolicy",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
