@@ -548,8 +548,8 @@ fn chart_defaults_have_the_operator_values_shape() {
     fn shape(v: &Value, path: &str, out: &mut Vec<String>) {
         if let Value::Object(m) = v {
             for (k, x) in m {
-                // Maps keyed by user data (nodeSelector, vllm models) are open.
-                if ["nodeSelector"].contains(&k.as_str()) {
+                // Maps keyed by user data (nodeSelector, vllm models) or by the platform are open.
+                if ["nodeSelector", "ingressNamespaceLabels"].contains(&k.as_str()) {
                     out.push(format!("{path}.{k}"));
                     continue;
                 }
@@ -643,4 +643,34 @@ fn git_clone_script_never_executes_its_inputs() {
         assert!(!out.status.success(), "hostile input cloned: repo {repo:?} branch {branch:?}");
         assert!(!marker.exists(), "repo {repo:?} branch {branch:?} executed a command");
     }
+}
+
+/// Without OpenShift's router, the UI is open to the ingress controller's namespace only.
+#[test]
+fn kubernetes_network_policy_admits_the_ingress_controller_namespace() {
+    let settings = Settings {
+        platform: tinycode_operator::platform::Platform::KUBERNETES,
+        ingress_namespace: "traefik".into(),
+        ..Settings::default()
+    };
+    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({})).unwrap();
+    let v = values::build(
+        &InstanceRef { name: "dev", namespace: "team", uid: "u" },
+        &spec,
+        &settings,
+        &Approved::default(),
+        None,
+    );
+    let out = helm_cmd(&["template", "tinycode.team.dev", "--namespace", "tinycode-operator-system"], &v);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::with::singleton_map_recursive::deserialize::<Value, _>(d).unwrap_or(Value::Null))
+        .filter(|d| !d.is_null())
+        .collect();
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "traefik"}}}, {"podSelector": {}}])
+    );
 }
