@@ -163,7 +163,7 @@ pub async fn k8s_hostpath_needs_both_labels(env: &mut Env) -> TestResult {
         let api = api.clone();
         async move {
             wait_for(&format!("Failed with {reason}"), WAIT, || async {
-                let i = api.get(&"dev".to_string()).await.ctx("get")?;
+                let i = api.get("dev").await.ctx("get")?;
                 let (_, r, m) = ready(&i);
                 Ok((r == reason).then_some(m))
             })
