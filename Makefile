@@ -11,6 +11,7 @@ BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-bundle:$(IMAGE_
 CATALOG_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-catalog:$(IMAGE_TAG)
 CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 NAMESPACE ?= tinycode-dev
+PLATFORM ?= openshift
 SAMPLE ?= config/samples/tinycode_v1alpha1_basic.yaml
 BUNDLE_DIR ?= bundle
 CATALOG_DIR ?= target/catalog
@@ -55,8 +56,8 @@ test: lint ## Lint, then unit, chart and end-to-end tests (starts the local cont
 	eval "$$(hack/local-cluster.sh tools)"; TINYCODE_HELM="$$TINYCODE_HELM" cargo test --all-targets
 
 .PHONY: run-local
-run-local: ## Local control plane + operator in the foreground + the basic sample; prints its URL and status
-	hack/run-local.sh
+run-local: ## Local control plane + operator in the foreground + the basic sample; prints its URL and status (PLATFORM=kubernetes: no OpenShift APIs)
+	PLATFORM="$(PLATFORM)" hack/run-local.sh
 
 .PHONY: stop-local
 stop-local: ## Stop the local control plane

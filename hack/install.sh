@@ -96,7 +96,7 @@ install_sccs() {
 	if has_api security.openshift.io/v1; then
 		apply_file "${REPO_ROOT}/config/scc/sccs.yaml"
 	else
-		log "this cluster has no security.openshift.io API (not OpenShift): skipping the SCCs; instances need OpenShift's SCCs and Routes"
+		log "this cluster has no security.openshift.io API (not OpenShift): skipping the SCCs: instances use Pod Security labels and an Ingress instead (see README, Kubernetes)"
 	fi
 }
 

@@ -8,12 +8,16 @@
 # Deployment available and admits the Route, as they would.
 #
 # RUN_LOCAL_EXIT=1 exits once the sample is Running (for scripts and CI).
+# PLATFORM=kubernetes runs the same demo on a plain Kubernetes API (no OpenShift
+# stand-ins): the operator detects it and exposes the sample with an Ingress.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 NS=tinycode-dev
 SAMPLE=config/samples/tinycode_v1alpha1_basic.yaml
+PLATFORM=${PLATFORM:-openshift}
+case "$PLATFORM" in openshift | kubernetes) ;; *) printf 'run-local: PLATFORM must be openshift or kubernetes\n' >&2; exit 2 ;; esac
 STATE=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}-run
 mkdir -p "$STATE"
 
@@ -25,8 +29,13 @@ log "building the operator"
 cargo build --quiet --bins
 BIN=$ROOT/target/debug
 
-log "installing the OpenShift stand-ins, CRD, SCCs and RBAC; preparing namespace $NS"
-"$BIN/tinycode-local" setup --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig"
+if [[ "$PLATFORM" == kubernetes ]]; then
+	# A control plane that served the OpenShift stand-ins before keeps them: drop them.
+	"$TINYCODE_KUBECTL" delete crd routes.route.openshift.io securitycontextconstraints.security.openshift.io \
+		--ignore-not-found >/dev/null
+fi
+log "installing ($PLATFORM) the CRD and RBAC; preparing namespace $NS"
+"$BIN/tinycode-local" setup --platform "$PLATFORM" --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig"
 
 pids=()
 cleanup() {
@@ -44,12 +53,18 @@ KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PAT
 op=$!
 pids+=("$op")
 
-"$TINYCODE_KUBECTL" apply -f "$SAMPLE"
+if [[ "$PLATFORM" == kubernetes ]]; then
+	# An Ingress needs a host name (a Route gets a default one).
+	sed 's/^  tlsTermination: edge$/  hostname: my-tinycode.local.test/' "$SAMPLE" | "$TINYCODE_KUBECTL" apply -f -
+else
+	"$TINYCODE_KUBECTL" apply -f "$SAMPLE"
+fi
 log "waiting for $SAMPLE to be Running"
 for _ in $(seq 1 120); do
 	phase=$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
 	url=$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.url}' 2>/dev/null || true)
-	[[ "$phase" == Running && -n "$url" ]] && break
+	current=$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.metadata.generation}={.status.observedGeneration}' 2>/dev/null || true)
+	[[ "$phase" == Running && -n "$url" && "${current%%=*}" == "${current##*=}" ]] && break
 	kill -0 "$op" 2>/dev/null || { log "the operator exited; last log lines:"; tail -20 "$STATE/operator.log" >&2; exit 1; }
 	sleep 1
 done

@@ -84,8 +84,12 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
     apply_crd(client, &TinycodeInstance::crd()).await?;
     let sccs: Api<SecurityContextConstraints> = Api::all(client.clone());
     let roles: Api<ClusterRole> = Api::all(client.clone());
+    // On a plain Kubernetes (no SCC API) only the use roles are installed, as hack/install.sh does.
+    let has_sccs = client.list_api_groups().await?.groups.iter().any(|g| g.name == "security.openshift.io");
     for tier in ALL_TIERS {
-        sccs.patch(&tier.scc_name(), &pp(), &Patch::Apply(&openshift::scc_manifest(&tier.scc()))).await?;
+        if has_sccs {
+            sccs.patch(&tier.scc_name(), &pp(), &Patch::Apply(&openshift::scc_manifest(&tier.scc()))).await?;
+        }
         let role = with_type(tier.use_role(), "ClusterRole");
         roles.patch(&tier.use_cluster_role(), &pp(), &Patch::Apply(&role)).await?;
     }

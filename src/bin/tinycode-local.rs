@@ -12,6 +12,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::devcluster::{self, BoxError};
+use k8s_openapi::api::networking::v1::Ingress;
 use tinycode_operator::openshift::Route;
 
 #[derive(Parser)]
@@ -23,8 +24,11 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install the OpenShift APIs, the operator's CRD/SCCs/RBAC and a prepared namespace.
+    /// Install the OpenShift APIs (unless --platform kubernetes), the operator's CRD/SCCs/RBAC and a prepared namespace.
     Setup {
+        /// openshift: install the Route and SCC APIs; kubernetes: a plain cluster without them.
+        #[arg(long, default_value = "openshift", value_parser = ["openshift", "kubernetes"])]
+        platform: String,
         /// Directory with the real OpenShift CRD schemas (else the operator's stand-ins are used).
         #[arg(long)]
         openshift_crds: Option<PathBuf>,
@@ -38,7 +42,8 @@ enum Cmd {
         #[arg(long)]
         operator_kubeconfig: PathBuf,
     },
-    /// Play the kubelet and the router: report tinycode Deployments available and admit their Routes.
+    /// Play the kubelet and the router or ingress controller: report tinycode Deployments
+    /// available, admit their Routes, publish an address for their Ingresses.
     Simulate {
         /// Domain for admitted Route hosts.
         #[arg(long, default_value = "apps.local.test")]
@@ -56,8 +61,9 @@ async fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let result = match args.command {
-        Cmd::Setup { openshift_crds, namespace, password, operator_kubeconfig } => {
-            setup(&admin, openshift_crds, &namespace, &password, &operator_kubeconfig).await.map(|()| {
+        Cmd::Setup { platform, openshift_crds, namespace, password, operator_kubeconfig } => {
+            let crds = (platform == "openshift").then_some(openshift_crds);
+            setup(&admin, crds, &namespace, &password, &operator_kubeconfig).await.map(|()| {
                 eprintln!(
                     "local cluster ready: namespace {namespace} prepared; operator kubeconfig at {}",
                     operator_kubeconfig.display()
@@ -75,15 +81,18 @@ async fn main() -> ExitCode {
     }
 }
 
+/// `openshift`: `Some(real CRD directory or None for the stand-ins)`; `None`: plain Kubernetes.
 async fn setup(
     admin: &std::path::Path,
-    crds: Option<PathBuf>,
+    openshift: Option<Option<PathBuf>>,
     namespace: &str,
     password: &str,
     out: &std::path::Path,
 ) -> Result<(), BoxError> {
     let client = Client::try_default().await?;
-    devcluster::install_openshift_apis(&client, crds.as_deref()).await?;
+    if let Some(crds) = openshift {
+        devcluster::install_openshift_apis(&client, crds.as_deref()).await?;
+    }
     devcluster::install_operator(&client).await?;
     devcluster::aggregate_cluster_roles(&client).await?;
     devcluster::prepare_namespace(&client, namespace, Some(password)).await?;
@@ -113,7 +122,20 @@ async fn simulate(domain: &str) -> Result<(), BoxError> {
                 .await?;
             eprintln!("simulate: Deployment {ns}/{name} reported available");
         }
-        for r in Api::<Route>::all(client.clone()).list(&selector).await?.items {
+        // A plain Kubernetes has no Routes: publish Ingress addresses instead.
+        for i in Api::<Ingress>::all(client.clone()).list(&selector).await?.items {
+            let (Some(ns), Some(name)) = (i.metadata.namespace.clone(), i.metadata.name.clone()) else { continue };
+            if tinycode_operator::ingress::published(&i).is_some() {
+                continue;
+            }
+            let patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}});
+            Api::<Ingress>::namespaced(client.clone(), &ns)
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            eprintln!("simulate: Ingress {ns}/{name} published");
+        }
+        let routes = Api::<Route>::all(client.clone()).list(&selector).await.map(|l| l.items).unwrap_or_default();
+        for r in routes {
             let (Some(ns), Some(name)) = (r.metadata.namespace.clone(), r.metadata.name.clone()) else { continue };
             if tinycode_operator::route::admitted_host(&r).is_some() {
                 continue;
