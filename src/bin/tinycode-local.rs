@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::devcluster::{self, BoxError};
-use k8s_openapi::api::networking::v1::Ingress;
 use tinycode_operator::openshift::Route;
 
 #[derive(Parser)]

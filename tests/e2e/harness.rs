@@ -453,6 +453,14 @@ pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> 
     Ok(())
 }
 
+/// Plays the kubelet and the router for an instance, then waits for Running.
+pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
+    use tinycode_operator::naming;
+    mark_available(c, ns, &naming::fullname(name)).await?;
+    admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
+    wait_phase(c, ns, name, "Running").await
+}
+
 pub async fn prepare(client: &Client, ns: &str) -> TestResult {
     devcluster::prepare_namespace(client, ns, Some("e2e-password")).await.ctx("prepare namespace")
 }

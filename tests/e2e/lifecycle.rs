@@ -9,20 +9,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::naming;
 
 use super::{delete_and_wait_gone, deploy, kubeconfig, put_secret};
 use crate::harness::*;
-
-async fn running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
-    mark_available(c, ns, &naming::fullname(name)).await?;
-    admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
-    wait_phase(c, ns, name, "Running").await
-}
 
 fn condition(inst: &TinycodeInstance, type_: &str) -> Option<(String, String)> {
     inst.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone()))
@@ -49,7 +43,7 @@ pub async fn operator_upgrade_rerenders_untouched_instances(env: &mut Env) -> Te
     let ns = env.ns("upgrade");
     env.prepare_with_script(&ns)?;
     deploy(env, &c, &ns, "dev", json!({})).await?;
-    running(&c, &ns, "dev").await?;
+    run_to_running(&c, &ns, "dev").await?;
     let release = naming::release_name(&ns, "dev");
     let before = env.release(&release)?.ok_or("no release")?.0;
 
@@ -92,7 +86,7 @@ pub async fn rendered_objects_come_back_when_deleted(env: &mut Env) -> TestResul
     let spec = json!({"ollama": {"enabled": true},
                       "clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"}});
     deploy(env, &c, &ns, "dev", spec).await?;
-    running(&c, &ns, "dev").await?;
+    run_to_running(&c, &ns, "dev").await?;
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
     let crbs: Api<ClusterRoleBinding> = Api::all(c.clone());
     let crb = naming::cluster_role_binding(&ns, "dev");
@@ -116,7 +110,7 @@ pub async fn failing_release_stalls_and_recovers_on_request(env: &mut Env) -> Te
     let ns = env.ns("stall");
     env.prepare_with_script(&ns)?;
     deploy(env, &c, &ns, "dev", json!({})).await?;
-    running(&c, &ns, "dev").await?;
+    run_to_running(&c, &ns, "dev").await?;
     let release = naming::release_name(&ns, "dev");
     // A Service the release would create, made by someone else first.
     let svc: Service = serde_json::from_value(json!({"metadata": {"name": "dev-ollama"},
@@ -169,7 +163,7 @@ pub async fn suspend_stops_helm_and_resume_applies(env: &mut Env) -> TestResult 
     let ns = env.ns("suspend");
     env.prepare_with_script(&ns)?;
     deploy(env, &c, &ns, "dev", json!({})).await?;
-    running(&c, &ns, "dev").await?;
+    run_to_running(&c, &ns, "dev").await?;
     let release = naming::release_name(&ns, "dev");
     let before = env.release(&release)?.ok_or("no release")?.0;
     let bigger = json!({"resources": {"limits": {"cpu": "3", "memory": "2Gi"}}});
@@ -186,7 +180,7 @@ pub async fn suspend_stops_helm_and_resume_applies(env: &mut Env) -> TestResult 
         Ok(env.release(&release)?.filter(|r| r.0 > before && r.1 == "deployed"))
     })
     .await?;
-    running(&c, &ns, "dev").await?;
+    run_to_running(&c, &ns, "dev").await?;
     delete_and_wait_gone(&c, &ns, "dev").await
 }
 
@@ -197,7 +191,7 @@ pub async fn failed_upgrade_rolls_back_to_the_last_good_revision(env: &mut Env) 
     let ns = env.ns("rollback");
     env.prepare_with_script(&ns)?;
     deploy(env, &c, &ns, "dev", json!({})).await?;
-    running(&c, &ns, "dev").await?;
+    run_to_running(&c, &ns, "dev").await?;
     let release = naming::release_name(&ns, "dev");
     let good = env.release(&release)?.ok_or("no release")?.0;
     // A label value with a space: admitted by the CRD, refused in the Deployment.
@@ -225,7 +219,7 @@ pub async fn a_63_character_name_runs(env: &mut Env) -> TestResult {
     ensure_eq(name.len(), 63, "name length")?;
     let spec = json!({"hostname": format!("long.{ns}.apps.local.test")});
     deploy(env, &c, &ns, &name, spec).await?;
-    let inst = running(&c, &ns, &name).await?;
+    let inst = run_to_running(&c, &ns, &name).await?;
     let fullname = naming::fullname(&name);
     ensure(fullname.len() <= 63, format!("{fullname} is longer than 63"))?;
     Api::<Service>::namespaced(c.clone(), &ns).get(&fullname).await.ctx("the Service")?;

@@ -104,13 +104,6 @@ fn same_world(before: &BTreeMap<String, String>, after: &BTreeMap<String, String
     ensure(diffs.is_empty(), format!("outside the tenant's namespace: {}", diffs.join(", ")))
 }
 
-/// Plays the kubelet and the router for the instance, then waits for Running.
-async fn running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
-    mark_available(c, ns, &naming::fullname(name)).await?;
-    admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
-    wait_phase(c, ns, name, "Running").await
-}
-
 /// Waits until the instance is Failed with `reason` for its current generation; its message.
 async fn failed_with(c: &Client, ns: &str, name: &str, reason: &str) -> Result<String, String> {
     wait_for(&format!("{ns}/{name} Failed with {reason}"), WAIT, || async {
@@ -243,7 +236,7 @@ pub async fn tenant_cluster_role_needs_a_cluster_admin_approval(env: &mut Env) -
     env.kubectl(&["label", "namespace", &alice.ns, "tinycode.dev/allow-cluster-role=view", "--overwrite"])?;
     apply_instance(&alice.client, &alice.ns, "dev", spec("view")).await.ctx("apply")?;
     wait_for("the approved binding", WAIT, || async { crbs.get_opt(&crb_name).await.ctx("get") }).await?;
-    running(&admin, &alice.ns, "dev").await?;
+    run_to_running(&admin, &alice.ns, "dev").await?;
     let crb = crbs.get(&crb_name).await.ctx("get")?;
     ensure_eq(crb.role_ref.name.as_str(), "view", "roleRef")?;
     let subject = crb.subjects.unwrap_or_default().into_iter().next().ok_or("no subject")?;
@@ -307,7 +300,7 @@ pub async fn tenant_kubeconfig_copy_needs_the_owners_consent(env: &mut Env) -> T
         original.data.and_then(|d| d.get("kubeconfig").cloned()),
         "copy",
     )?;
-    running(&admin, &alice.ns, "dev").await?;
+    run_to_running(&admin, &alice.ns, "dev").await?;
 
     // Bob takes it back: the copy goes.
     bob_secrets.patch("ops-kc", &PatchParams::default(), &Patch::Merge(share(None))).await.ctx("unshare")?;
@@ -377,7 +370,7 @@ pub async fn tenant_instances_are_closed_by_default(env: &mut Env) -> TestResult
     ensure(password.0.len() >= 24, format!("password of {} characters", password.0.len()))?;
     let uid = inst.metadata.uid.clone().unwrap_or_default();
     ensure(secret.metadata.owner_references.iter().flatten().any(|o| o.uid == uid), "password Secret not owned")?;
-    let done = running(&admin, &alice.ns, "dev").await?;
+    let done = run_to_running(&admin, &alice.ns, "dev").await?;
     ensure_eq(
         done.status.as_ref().and_then(|s| s.password_secret.as_deref()),
         Some("dev-tinycode-password"),
@@ -504,6 +497,6 @@ pub async fn legacy_release_moves_to_the_operator_namespace(env: &mut Env) -> Te
     ensure_eq(a.get("meta.helm.sh/release-namespace").map(String::as_str), Some(OPERATOR_NAMESPACE), "release ns")?;
     ensure_eq(a.get("meta.helm.sh/release-name"), Some(&release), "release name")?;
     ensure_eq(pvcs.get("dev-projects").await.ctx("pvc")?.uid(), pvc_uid, "the projects PVC (the user's data)")?;
-    running(&admin, &ns, "dev").await?;
+    run_to_running(&admin, &ns, "dev").await?;
     delete_and_wait_gone(&admin, &ns, "dev").await
 }
