@@ -32,13 +32,13 @@ op=
 CHART=$ROOT/helm-charts/tinycode
 start_operator() {
 	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
-		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn \
+		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::controller=info NO_COLOR=1 \
 		"$BIN/tinycode-operator" run >>"$STATE/operator.log" 2>&1 &
 	op=$!
 	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
-trap 'stop_operator; rm -rf "$STATE"' EXIT
+trap 'stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null; rm -rf "$STATE"' EXIT
 
 metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
@@ -97,3 +97,5 @@ printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0)\n' "
 printf 'operator RSS after resync          %d MiB\n' "$((rss_kb / 1024))"
 printf 'operator upgrade: all re-rendered  %s s\n' "$upgrade_s"
 printf 'all deleted after                  %s s\n' "$delete_s"
+printf '\nhelm runs by reason (whole run):\n'
+sed -n 's/.*applying helm release.*reason=\(.*\)$/\1/p; s/.*reason=\(.*\) applying helm release.*/\1/p' "$STATE/operator.log" | sed 's/[0-9a-f]\{6,\}/#/g; s/bench-[0-9]*/NS/g; s/i[0-9]*-tinycode/iN-tinycode/g' | sort | uniq -c | sort -rn | head -12
