@@ -4,7 +4,11 @@
 #
 #   hack/bench.sh [N]            (default 100; BENCH_PROFILE=debug for a debug build)
 #
-# Figures: time until every instance has a Helm release, helm time per run,
+# Figures: time until every instance has a Helm release and until every one is
+# Running (tinycode-local simulate plays the kubelet and the router), helm time per run,
+# reconciles and API requests (by verb, from the apiserver's apiserver_request_total;
+# the bench's own polling is included) per instance, CPU seconds of the operator,
+# of helm (the operator's reaped children), of kube-apiserver and of etcd,
 # reconciles and helm runs while idle, time for a restarted operator to resync
 # all instances (it must run no helm for unchanged instances), time for an
 # operator upgrade (a new chart version) to re-render all, time to delete all.
@@ -20,6 +24,19 @@ HEALTH=127.0.0.1:18581
 METRICS=127.0.0.1:18583
 
 log() { printf 'bench: %s\n' "$*" >&2; }
+CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
+TICKS=$(getconf CLK_TCK)
+# cpu PID own|children: CPU seconds the process used itself, or its reaped children (helm).
+cpu() {
+	local f=/proc/$1/stat
+	[[ -r $f ]] || { echo 0; return; }
+	# The command name may hold spaces: count fields after its closing parenthesis.
+	sed 's/.*) //' "$f" | awk -v t="$TICKS" -v w="$2" '{ if (w == "own") print ($12 + $13) / t; else print ($14 + $15) / t }'
+}
+requests_by_verb() {
+	"$K" get --raw /metrics | awk '/^apiserver_request_total\{/ { if (match($0, /verb="[A-Z]+"/)) { v = substr($0, RSTART + 6, RLENGTH - 7); s[v] += $NF } }
+		END { for (v in s) printf "%s %d\n", v, s[v] }' | sort
+}
 
 eval "$(hack/local-cluster.sh tools)"
 eval "$(hack/local-cluster.sh start)"
@@ -38,7 +55,8 @@ start_operator() {
 	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
-trap 'stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null; rm -rf "$STATE"' EXIT
+sim=
+trap '[[ -n "$sim" ]] && kill "$sim" 2>/dev/null; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null; rm -rf "$STATE"' EXIT
 
 metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
@@ -53,10 +71,24 @@ log "creating $N instances in $NS"
 for i in $(seq 1 "$N"); do
 	printf -- '---\napiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: i%d, namespace: %s}\nspec: {auth: {passwordSecret: tinycode-password}}\n' "$i" "$NS"
 done >"$STATE/instances.yaml"
+"$BIN/tinycode-local" simulate >"$STATE/simulate.log" 2>&1 &
+sim=$!
+api_pid=$(cat "$CLUSTER_DIR/kube-apiserver.pid")
+etcd_pid=$(cat "$CLUSTER_DIR/etcd.pid")
+req0=$(requests_by_verb)
+rec0=$(metric tinycode_operator_reconciles_total)
+op0=$(cpu "$op" own) helm0=$(cpu "$op" children) api0=$(cpu "$api_pid" own) etcd0=$(cpu "$etcd_pid" own)
 t0=$(now)
 "$K" apply -f "$STATE/instances.yaml" >/dev/null
 until [[ $(installed) -ge $N ]]; do sleep 0.5; done
 install_s=$(since "$t0")
+running() { "$K" get tinycodeinstances -n "$NS" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$' || true; }
+until [[ $(running) -ge $N ]]; do sleep 0.5; done
+running_s=$(since "$t0")
+req1=$(requests_by_verb)
+rec1=$(metric tinycode_operator_reconciles_total)
+op1=$(cpu "$op" own) helm1=$(cpu "$op" children) api1=$(cpu "$api_pid" own) etcd1=$(cpu "$etcd_pid" own)
+kill "$sim" 2>/dev/null || true
 helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
 helm_sum=$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')
 
@@ -91,6 +123,12 @@ delete_s=$(since "$t2")
 
 printf '\ninstances                          %d\n' "$N"
 printf 'all installed after                %s s (concurrency 4)\n' "$install_s"
+printf 'all Running after                  %s s\n' "$running_s"
+printf 'reconciles per instance            %s\n' "$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')"
+printf 'API requests per instance by verb  %s\n' "$(join -a2 -e0 -o 0,1.2,2.2 <(echo "$req0") <(echo "$req1") | awk -v n="$N" '{ printf "%s %.1f  ", $1, ($3 - $2) / n }')"
+printf 'CPU s: operator / helm / apiserver / etcd  %s / %s / %s / %s\n' \
+	"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
+	"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')"
 printf 'helm upgrade runs / mean duration  %.0f / %s s\n' "$helm_runs" "$(awk -v s="$helm_sum" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? s / n : 0 }')"
 printf 'idle 30 s: reconciles / helm runs  %.0f / %.0f\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')"
 printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0)\n' "$resync_s" "$resync_helm"

@@ -384,8 +384,13 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
         let grant = scc::grant(&name, &ns, tier, owner.clone());
         bindings.patch(&naming::scc_grant(&name, tier.as_str()), &apply_params(), &Patch::Apply(&grant)).await?;
-        for other in ALL_TIERS.iter().filter(|t| **t != tier) {
-            delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
+        // A grant of another tier exists only after a tier change, which the
+        // status (the SCC last granted) shows; otherwise skip the deletes.
+        let granted_before = inst.status.as_ref().and_then(|s| s.scc.clone());
+        if granted_before.as_deref() != Some(tier.scc_name().as_str()) {
+            for other in ALL_TIERS.iter().filter(|t| **t != tier) {
+                delete_ignoring_missing(&bindings, &naming::scc_grant(&name, other.as_str())).await?;
+            }
         }
     }
 
@@ -452,7 +457,10 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             format!("tinycode is running{}", new_status.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
     }
-    patch_status(ctx, inst, &new_status).await?;
+    // Nothing changed (transition times are kept): no write, no watch event.
+    if inst.status.as_ref() != Some(&new_status) {
+        patch_status(ctx, inst, &new_status).await?;
+    }
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
 }
