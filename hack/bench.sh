@@ -56,7 +56,7 @@ start_operator() {
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
 sim=
-trap '[[ -n "$sim" ]] && kill "$sim" 2>/dev/null; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null; rm -rf "$STATE"' EXIT
+trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE"' EXIT
 
 metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
@@ -89,6 +89,8 @@ req1=$(requests_by_verb)
 rec1=$(metric tinycode_operator_reconciles_total)
 op1=$(cpu "$op" own) helm1=$(cpu "$op" children) api1=$(cpu "$api_pid" own) etcd1=$(cpu "$etcd_pid" own)
 kill "$sim" 2>/dev/null || true
+wait "$sim" 2>/dev/null || true
+sim=
 helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
 helm_sum=$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')
 

@@ -317,6 +317,15 @@ async fn apply_steps(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
                 return Err(Error::blocked("ClusterRoleNotApproved", message));
             }
         };
+    if let Some(role) = &cluster_role {
+        // A binding's roleRef cannot change: one to another role goes first,
+        // and helm creates the new one.
+        let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+        let binding = naming::cluster_role_binding(&ns, &name);
+        if crbs.get_opt(&binding).await?.is_some_and(|b| b.role_ref.name != *role) {
+            delete_ignoring_missing(&crbs, &binding).await?;
+        }
+    }
     let discovery_namespaces = approved_discovery(ctx, &ns, spec, &mut warnings).await?;
 
     // 4. Secrets the instance refers to

@@ -193,6 +193,8 @@ impl Env {
             .env("KUBECONFIG", &self.operator_kubeconfig)
             .env("HELM_BIN", helm)
             .env("HELM_CHART_PATH", &self.chart)
+            // view, and a role of the scenario that changes an approved role.
+            .env("TINYCODE_ALLOWED_CLUSTER_ROLES", format!("view,{}", e2e_reader_role()))
             // Three helm failures per rendering before Stalled keeps the stall scenario short.
             .env("TINYCODE_MAX_RETRIES", "3")
             .env("TINYCODE_BLOCKED_REQUEUE_SECONDS", "2")
@@ -335,6 +337,11 @@ impl Drop for Env {
     fn drop(&mut self) {
         self.stop_operator();
     }
+}
+
+/// A ClusterRole a scenario creates and a cluster-admin allows (besides view).
+pub fn e2e_reader_role() -> &'static str {
+    "e2e-services-reader"
 }
 
 /// Runs one of the hack/ scripts as the cluster admin; its output on failure.

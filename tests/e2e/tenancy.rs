@@ -248,6 +248,25 @@ pub async fn tenant_cluster_role_needs_a_cluster_admin_approval(env: &mut Env) -
     let d = Api::<Deployment>::namespaced(admin.clone(), &alice.ns).get("dev-tinycode").await.ctx("deployment")?;
     ensure_eq(d.spec.template.spec.and_then(|p| p.automount_service_account_token), Some(true), "token")?;
 
+    // Another allowed role, approved instead: the binding (whose roleRef cannot change) is replaced.
+    let reader: ClusterRole = serde_json::from_value(json!({"metadata": {"name": e2e_reader_role()},
+        "rules": [{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]}]}))
+    .unwrap();
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    if roles.get_opt(e2e_reader_role()).await.ctx("get")?.is_none() {
+        roles.create(&PostParams::default(), &reader).await.ctx("reader role")?;
+    }
+    let label = format!("tinycode.dev/allow-cluster-role={}", e2e_reader_role());
+    env.kubectl(&["label", "namespace", &alice.ns, &label, "--overwrite"])?;
+    apply_instance(&alice.client, &alice.ns, "dev", spec(e2e_reader_role())).await.ctx("apply")?;
+    wait_for("the binding to the other role", WAIT, || async {
+        Ok(crbs.get_opt(&crb_name).await.ctx("get")?.filter(|b| b.role_ref.name == e2e_reader_role()))
+    })
+    .await?;
+    let release = naming::release_name(&alice.ns, "dev");
+    wait_for("the release deployed", WAIT, || async { Ok(env.release(&release)?.filter(|r| r.1 == "deployed")) })
+        .await?;
+
     // The approval taken back: the binding goes on the next reconcile.
     env.kubectl(&["label", "namespace", &alice.ns, "tinycode.dev/allow-cluster-role-"])?;
     poke(&admin, &alice.ns, "dev", 1).await?;
