@@ -48,7 +48,7 @@ fn values_of(name: &str, spec: Value, approved: &Approved) -> Values {
     values::build(&inst, &spec, &Settings::default(), approved, cfg)
 }
 
-fn helm_cmd(args: &[&str], values: &Values) -> std::process::Output {
+fn helm_cmd(args: &[&str], values: &impl serde::Serialize) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.json");
     std::fs::write(&file, serde_json::to_vec(values).unwrap()).unwrap();
@@ -488,15 +488,7 @@ fn short_names_render_exactly_as_before() {
 fn the_chart_refuses_values_without_names() {
     let mut v = serde_json::to_value(values_for(json!({}))).unwrap();
     v["names"]["fullname"] = json!("");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("v.json");
-    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
-    let out = Command::new(helm())
-        .args(["template", "x"])
-        .arg(root().join("helm-charts/tinycode"))
-        .args(["-f", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = helm_cmd(&["template", "x"], &v);
     assert!(!out.status.success(), "an empty name must be refused");
 }
 
@@ -528,15 +520,7 @@ fn values_schema_rejects_what_the_operator_would_never_emit() {
     let mut v = serde_json::to_value(values_for(json!({}))).unwrap();
     v["replicas"] = json!(0);
     v["unknownKey"] = json!(true);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("v.json");
-    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
-    let out = Command::new(helm())
-        .args(["template", "x"])
-        .arg(root().join("helm-charts/tinycode"))
-        .args(["-f", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = helm_cmd(&["template", "x"], &v);
     assert!(!out.status.success(), "the schema must reject replicas 0 and unknown keys");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("replicas") || err.contains("unknownKey"), "{err}");

@@ -11,6 +11,9 @@
 //! controller (empties and finalizes it) and leaves nothing Terminating behind.
 
 use std::collections::BTreeMap;
+#[path = "support/local_cluster.rs"]
+mod local_cluster;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -21,6 +24,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
+use local_cluster::{local_cluster, value_of};
 use serde::Deserialize;
 use serde_json::Value;
 use tinycode_operator::api::TinycodeInstance;
@@ -48,25 +52,6 @@ struct Cluster {
     kubeconfig: PathBuf,
     kubectl: PathBuf,
     helm: PathBuf,
-}
-
-fn local_cluster(cmd: &str) -> String {
-    let out = Command::new("bash")
-        .arg(root().join("hack/local-cluster.sh"))
-        .arg(cmd)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run hack/local-cluster.sh");
-    assert!(out.status.success(), "hack/local-cluster.sh {cmd} failed (see above)");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn value_of(text: &str, prefix: &str) -> PathBuf {
-    text.lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(prefix))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("no {prefix} line in {text:?}"))
 }
 
 impl Cluster {

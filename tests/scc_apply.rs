@@ -11,12 +11,16 @@
 //! names unique to this run (the schema does not depend on the name) and
 //! deleted afterwards.
 
+#[path = "support/local_cluster.rs"]
+mod local_cluster;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use local_cluster::{local_cluster, value_of};
 use serde::Deserialize;
 use serde_json::Value;
 use tinycode_operator::devcluster;
@@ -32,25 +36,6 @@ fn openshift_crds_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("../shared/openshift-crds"));
     dir.join(SCC_CRD_FILE).is_file().then_some(dir)
-}
-
-fn local_cluster(cmd: &str) -> String {
-    let out = Command::new("bash")
-        .arg(root().join("hack/local-cluster.sh"))
-        .arg(cmd)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run hack/local-cluster.sh");
-    assert!(out.status.success(), "hack/local-cluster.sh {cmd} failed (see above)");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn value_of(text: &str, prefix: &str) -> PathBuf {
-    text.lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(prefix))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("no {prefix} line in {text:?}"))
 }
 
 /// The SCC documents of config/scc/sccs.yaml, each renamed `<name>-<suffix>`.
