@@ -4,7 +4,7 @@
 //! rule the apiserver can check lives here: patterns, enums and bounds as schema
 //! keywords, cross-field rules as CEL `x-kubernetes-validations` whose messages
 //! name the field and the fix. The reconcile re-checks the same rules in
-//! [`crate::validation`] for objects admitted before a CRD upgrade.
+//! [`crate::reconcile::rules`] for objects admitted before a CRD upgrade.
 
 use std::collections::BTreeMap;
 
@@ -49,7 +49,7 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
 pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
 /// Longest instance name: a DNS label, as the instance name is a label value
 /// (`app.kubernetes.io/instance`). Names derived from it that would pass their
-/// own limits are shortened with a digest (see [`crate::naming::fit`]).
+/// own limits are shortened with a digest (see [`crate::render::naming::fit`]).
 pub const MAX_NAME_LEN: usize = 63;
 
 /// A tinycode AI coding assistant instance: one Helm release, one Route, one SCC grant.

@@ -1,5 +1,5 @@
 //! The OLM bundle (`bundle/`), generated from the same sources as `config/`:
-//! the CRD from the Rust types, the permissions from [`crate::rbac`], the
+//! the CRD from the Rust types, the permissions from [`crate::platform::rbac`], the
 //! manager Deployment from `config/manager/manager.yaml`, alm-examples from
 //! `config/samples`. `tinycode-operator bundle --out bundle` writes it and
 //! `tests/bundle.rs` fails when the committed copy drifts.
@@ -16,8 +16,8 @@ use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 use crate::api::{DEFAULT_IMAGE, TinycodeInstance};
-use crate::rbac;
-use crate::scc::ALL_TIERS;
+use crate::platform::rbac;
+use crate::platform::scc::ALL_TIERS;
 
 /// OLM package name.
 pub const PACKAGE: &str = "tinycode-operator";
@@ -506,7 +506,7 @@ pub fn files() -> Vec<BundleFile> {
         role["kind"] = "ClusterRole".into();
         extras.push(role);
     }
-    extras.push(crate::rbac::discovery_cluster_role_manifest());
+    extras.push(crate::platform::rbac::discovery_cluster_role_manifest());
     extras.extend(parse_yaml_docs(USER_ROLES_YAML, "config/rbac/user_role.yaml"));
     for obj in extras {
         out.push(BundleFile { path: manifest_file_name(&obj), content: format!("{header}{}", yaml(&obj)) });

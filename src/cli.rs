@@ -14,10 +14,12 @@ use serde_json::json;
 
 use crate::api::TinycodeInstance;
 use crate::helm::Helm;
-use crate::scc::{ALL_TIERS, SccTier};
+use crate::platform::openshift;
+use crate::platform::scc::{ALL_TIERS, SccTier};
+use crate::reconcile::rules as validation;
+use crate::render::values::InstanceRef;
+use crate::render::{config, naming, values};
 use crate::settings::Settings;
-use crate::values::InstanceRef;
-use crate::{config, naming, openshift, validation, values};
 
 #[derive(Parser, Debug)]
 #[command(name = "tinycode-operator", version, about = "Installs and manages tinycode instances on OpenShift")]
@@ -201,7 +203,7 @@ impl SettingsArgs {
             chart_path: self.chart_path.clone(),
             helm_timeout: Duration::from_secs(self.helm_timeout_seconds),
             // A missing chart fails at the first helm run with a clear message.
-            chart_digest: crate::digest::chart_digest(&self.chart_path).unwrap_or_default(),
+            chart_digest: crate::helm::digest::chart_digest(&self.chart_path).unwrap_or_default(),
             max_retries: self.max_retries,
             blocked_requeue: Duration::from_secs(self.blocked_requeue_seconds),
             ollama_image: self.ollama_image.clone(),
@@ -216,7 +218,7 @@ impl SettingsArgs {
                 self.platform,
                 &["route.openshift.io".to_string(), "security.openshift.io".to_string()],
             ),
-            ingress: crate::ingress::IngressSettings {
+            ingress: crate::render::ingress::IngressSettings {
                 class: self.ingress_class.clone().filter(|c| !c.is_empty()),
                 annotations: self
                     .ingress_annotations
@@ -267,10 +269,14 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::OpenshiftCrds => print_yaml(
             &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
         ),
-        Command::Rbac { discovery: true, .. } => print_yaml(&[crate::rbac::discovery_cluster_role_manifest()]),
-        Command::Rbac { leader_election_namespace: None, .. } => print_yaml(&[crate::rbac::cluster_role_manifest()]),
+        Command::Rbac { discovery: true, .. } => {
+            print_yaml(&[crate::platform::rbac::discovery_cluster_role_manifest()])
+        }
+        Command::Rbac { leader_election_namespace: None, .. } => {
+            print_yaml(&[crate::platform::rbac::cluster_role_manifest()])
+        }
         Command::Rbac { leader_election_namespace: Some(ns), .. } => {
-            print_yaml(&[crate::rbac::leader_election_role_manifest(&ns)])
+            print_yaml(&[crate::platform::rbac::leader_election_role_manifest(&ns)])
         }
         Command::Bundle { out } => crate::bundle::command(&out),
         Command::Version => {
@@ -330,8 +336,8 @@ fn values_cmd(file: &PathBuf, namespace: Option<String>, offline: bool, settings
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let reports = runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets));
         for c in crate::vllm::conditions(&inst.spec, &reports, &[]) {
-            if c.type_ == crate::status::VLLM_WARNING && c.status
-                || c.type_ == crate::status::VLLM_CONFIG_READY && !c.status
+            if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status
+                || c.type_ == crate::reconcile::conditions::VLLM_CONFIG_READY && !c.status
             {
                 warnings.push(c.message);
             }
@@ -344,13 +350,13 @@ fn values_cmd(file: &PathBuf, namespace: Option<String>, offline: bool, settings
     if let Some(role) = inst.spec.cluster_admin.cluster_role.as_deref() {
         warnings.push(format!(
             "ClusterRole {role} is bound only when it is in --allowed-cluster-roles and namespace {ns} carries the label {}={role}",
-            crate::approval::ALLOW_CLUSTER_ROLE_LABEL
+            crate::reconcile::approval::ALLOW_CLUSTER_ROLE_LABEL
         ));
     }
     if inst.spec.discovery.as_ref().is_some_and(|d| d.namespaces.iter().any(|n| *n != ns)) {
         warnings.push(format!(
             "other discovery namespaces are searched only when they carry the label {}=true",
-            crate::approval::DISCOVERY_LABEL
+            crate::reconcile::approval::DISCOVERY_LABEL
         ));
     }
     let v = values::build(
@@ -410,11 +416,13 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
         sccs = settings.platform.sccs,
         "platform"
     );
-    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let metrics = Arc::new(crate::ops::metrics::Metrics::new());
     metrics.platform(settings.platform.name());
-    let health = Arc::new(crate::health::HealthState::default());
+    let health = Arc::new(crate::ops::health::HealthState::default());
     health.alive.store(true, Ordering::Relaxed);
-    if let Err(e) = crate::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone()).await {
+    if let Err(e) =
+        crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone()).await
+    {
         tracing::error!(error = %e, health = %args.health_addr, metrics = %args.metrics_addr, "cannot listen for health or metrics");
         return ExitCode::from(1);
     }
@@ -437,7 +445,7 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
     let elector = args.leader_elect.then(|| {
-        crate::leader::Elector::new(
+        crate::ops::leader::Elector::new(
             client.clone(),
             &settings.operator_namespace,
             identity.clone(),
@@ -452,7 +460,7 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
             match elector.try_acquire().await {
                 Ok(true) => break,
                 Ok(false) if !logged => {
-                    tracing::info!(identity = %identity, lease = crate::leader::LEASE_NAME, "standing by: another replica is the leader");
+                    tracing::info!(identity = %identity, lease = crate::ops::leader::LEASE_NAME, "standing by: another replica is the leader");
                     logged = true;
                 }
                 Ok(false) => {}
@@ -514,13 +522,13 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     };
     let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
     tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
-    let ctx = Arc::new(crate::controller::Context::new(client, settings, helm, metrics));
+    let ctx = Arc::new(crate::reconcile::Context::new(client, settings, helm, metrics));
     let mut stop = stop_rx.clone();
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    let opts = crate::controller::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
-    crate::controller::run(ctx, opts, health, shutdown).await;
+    let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
+    crate::reconcile::run(ctx, opts, health, shutdown).await;
     if lost.load(Ordering::Relaxed) {
         tracing::error!("stopped after losing the leader lease");
         return ExitCode::from(1);

@@ -18,9 +18,9 @@ use kube::{Api, Client, CustomResourceExt};
 use serde_json::json;
 
 use crate::api::TinycodeInstance;
-use crate::openshift::{self, SecurityContextConstraints};
-use crate::rbac;
-use crate::scc::ALL_TIERS;
+use crate::platform::openshift::{self, SecurityContextConstraints};
+use crate::platform::rbac;
+use crate::platform::scc::ALL_TIERS;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -108,7 +108,11 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         .await?;
     roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
     roles
-        .patch(crate::approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
+        .patch(
+            crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE,
+            &pp(),
+            &Patch::Apply(rbac::discovery_cluster_role_manifest()),
+        )
         .await?;
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },

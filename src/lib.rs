@@ -4,37 +4,15 @@
 #![deny(warnings)]
 
 pub mod api;
-pub mod approval;
 pub mod bundle;
 pub mod cli;
-pub mod cluster_admin;
-pub mod config;
-pub mod controller;
 pub mod devcluster;
-pub mod digest;
-pub mod error;
-pub mod health;
 pub mod helm;
-pub mod http_server;
-pub mod ingress;
-pub mod leader;
-pub mod manifest;
-pub mod metrics;
-pub mod naming;
-pub mod netguard;
-pub mod openshift;
+pub mod ops;
 pub mod platform;
-pub mod prepare;
-pub mod rbac;
-pub mod release;
-pub mod remediation;
-pub mod route;
-pub mod scc;
-pub mod secret;
+pub mod reconcile;
+pub mod render;
 pub mod settings;
-pub mod status;
-pub mod validation;
-pub mod values;
 pub mod vllm;
 
 /// Server-side-apply field manager for every object the operator writes itself.

@@ -20,7 +20,7 @@ pub struct Settings {
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
-    /// The chart's digest (see [`crate::digest`]); part of every values hash.
+    /// The chart's digest (see [`crate::helm::digest`]); part of every values hash.
     pub chart_digest: String,
     /// Helm failures allowed per rendering before the instance is Stalled.
     pub max_retries: u32,
@@ -34,7 +34,7 @@ pub struct Settings {
     /// `--platform`: auto (detect) or forced.
     pub platform_choice: crate::platform::PlatformChoice,
     /// How Ingresses are built where there are no Routes.
-    pub ingress: crate::ingress::IngressSettings,
+    pub ingress: crate::render::ingress::IngressSettings,
     /// Namespace of the ingress controller, the only one (with the instance's own)
     /// whose pods reach the UI where there is no OpenShift router.
     pub ingress_namespace: String,
@@ -59,7 +59,7 @@ impl Default for Settings {
             probes: crate::vllm::ProbeSettings::default(),
             platform: crate::platform::Platform::OPENSHIFT,
             platform_choice: crate::platform::PlatformChoice::Auto,
-            ingress: crate::ingress::IngressSettings::default(),
+            ingress: crate::render::ingress::IngressSettings::default(),
             ingress_namespace: "ingress-nginx".into(),
         }
     }

@@ -7,9 +7,9 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstanceSpec;
+use tinycode_operator::render::values::{self, Approved, InstanceRef, Values};
+use tinycode_operator::render::{config, naming};
 use tinycode_operator::settings::Settings;
-use tinycode_operator::values::{self, Approved, InstanceRef, Values};
-use tinycode_operator::{config, naming};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::devcluster;
-use tinycode_operator::openshift::SecurityContextConstraints;
+use tinycode_operator::platform::openshift::SecurityContextConstraints;
 
 const OPERATOR_NS: &str = "tinycode-operator-system";
 const CRD: &str = "tinycodeinstances.tinycode.dev";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use standin::{Behaviour, Config};
 use tinycode_operator::api::TinycodeInstanceSpec;
-use tinycode_operator::config;
+use tinycode_operator::render::config;
 use tinycode_operator::vllm::{self, ProbeSettings, Prober};
 
 fn prober() -> Prober {

@@ -13,7 +13,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::devcluster::{self, BoxError};
-use tinycode_operator::openshift::Route;
+use tinycode_operator::platform::openshift::Route;
 
 #[derive(Parser)]
 #[command(about = "Local control-plane helpers for tinycode-operator development")]
@@ -125,7 +125,7 @@ async fn simulate(domain: &str) -> Result<(), BoxError> {
         // A plain Kubernetes has no Routes: publish Ingress addresses instead.
         for i in Api::<Ingress>::all(client.clone()).list(&selector).await?.items {
             let (Some(ns), Some(name)) = (i.metadata.namespace.clone(), i.metadata.name.clone()) else { continue };
-            if tinycode_operator::ingress::published(&i).is_some() {
+            if tinycode_operator::render::ingress::published(&i).is_some() {
                 continue;
             }
             let patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}});
@@ -137,7 +137,7 @@ async fn simulate(domain: &str) -> Result<(), BoxError> {
         let routes = Api::<Route>::all(client.clone()).list(&selector).await.map(|l| l.items).unwrap_or_default();
         for r in routes {
             let (Some(ns), Some(name)) = (r.metadata.namespace.clone(), r.metadata.name.clone()) else { continue };
-            if tinycode_operator::route::admitted_host(&r).is_some() {
+            if tinycode_operator::render::route::admitted_host(&r).is_some() {
                 continue;
             }
             let host = r.spec.host.clone().unwrap_or_else(|| format!("{name}-{ns}.{domain}"));

@@ -16,7 +16,7 @@ use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::devcluster;
 use tinycode_operator::devcluster::OPERATOR_NAMESPACE;
-use tinycode_operator::openshift::Route;
+use tinycode_operator::platform::openshift::Route;
 
 pub type TestResult = Result<(), String>;
 
@@ -462,7 +462,7 @@ pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> 
 
 /// Plays the kubelet and the router for an instance, then waits for Running.
 pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
-    use tinycode_operator::naming;
+    use tinycode_operator::render::naming;
     mark_available(c, ns, &naming::fullname(name)).await?;
     admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
     wait_phase(c, ns, name, "Running").await

@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::naming;
+use tinycode_operator::render::naming;
 
 use super::{delete_and_wait_gone, deploy, kubeconfig, put_secret};
 use crate::harness::*;

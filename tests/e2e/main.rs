@@ -27,9 +27,9 @@ use lifecycle::*;
 use serde_json::{Value, json};
 use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::naming;
-use tinycode_operator::openshift::{Route, SecurityContextConstraints, scc_manifest};
-use tinycode_operator::scc::ALL_TIERS;
+use tinycode_operator::platform::openshift::{Route, SecurityContextConstraints, scc_manifest};
+use tinycode_operator::platform::scc::ALL_TIERS;
+use tinycode_operator::render::naming;
 
 type Scenario = for<'a> fn(&'a mut Env) -> Pin<Box<dyn Future<Output = TestResult> + 'a>>;
 
@@ -1245,7 +1245,7 @@ async fn openshift_schemas_accept_operator_objects(env: &mut Env) -> TestResult 
     let routes: Api<Route> = Api::namespaced(c.clone(), &ns);
     let live = wait_for("the Route", WAIT, || async { routes.get_opt("dev-tinycode").await.ctx("route") }).await?;
     let owner = inst.controller_owner_ref(&()).ok_or("owner")?;
-    let sent = tinycode_operator::route::build("dev", &ns, &inst.spec, owner);
+    let sent = tinycode_operator::render::route::build("dev", &ns, &inst.spec, owner);
     contains(&serde_json::to_value(&live.spec).unwrap(), &serde_json::to_value(&sent.spec).unwrap(), "route.spec")?;
     contains(
         &serde_json::to_value(&live.metadata.annotations).unwrap(),

@@ -19,9 +19,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::devcluster::OPERATOR_NAMESPACE;
-use tinycode_operator::naming;
+use tinycode_operator::render::naming;
+use tinycode_operator::render::values::{self, Approved, InstanceRef};
 use tinycode_operator::settings::Settings;
-use tinycode_operator::values::{self, Approved, InstanceRef};
 
 use super::{delete_and_wait_gone, kubeconfig, put_secret, standin};
 use crate::harness::*;

@@ -3,6 +3,8 @@
 //! conditions that report them. A misbehaving server never fails a
 //! reconcile: it becomes a warning.
 
+pub mod netguard;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Mutex;
@@ -12,9 +14,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::api::TinycodeInstanceSpec;
-use crate::config::{self, Served};
-use crate::netguard;
-use crate::status::{Desired, VLLM_CONFIG_READY, VLLM_WARNING};
+use crate::reconcile::conditions::{Desired, VLLM_CONFIG_READY, VLLM_WARNING};
+use crate::render::config::{self, Served};
 
 /// Annotation that makes a Service a discovery candidate.
 pub const DISCOVER_ANNOTATION: &str = "tinycode.dev/discover";

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::scc::ALL_TIERS;
+use crate::platform::scc::ALL_TIERS;
 
 /// Name of the operator's ClusterRole.
 pub const OPERATOR_CLUSTER_ROLE: &str = "tinycode-operator-manager";
@@ -42,7 +42,7 @@ fn agent_roles() -> Vec<String> {
     DEFAULT_ALLOWED_CLUSTER_ROLES.iter().map(|r| r.to_string()).collect()
 }
 fn discovery_role() -> Vec<String> {
-    vec![crate::approval::DISCOVERY_CLUSTER_ROLE.into()]
+    vec![crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE.into()]
 }
 fn scc_use_roles() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.use_cluster_role()).collect()
@@ -221,7 +221,7 @@ pub const DISCOVERY_PERMISSIONS: &[Permission] = &[Permission {
 pub fn discovery_cluster_role_manifest() -> serde_json::Value {
     let role = ClusterRole {
         metadata: ObjectMeta {
-            name: Some(crate::approval::DISCOVERY_CLUSTER_ROLE.into()),
+            name: Some(crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE.into()),
             labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "tinycode-operator".into())])),
             ..Default::default()
         },

@@ -13,8 +13,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::api::{AccessMode, ModelLimits, TinycodeInstanceSpec, TlsTermination};
-use crate::naming;
-use crate::scc::SccTier;
+use crate::platform::scc::SccTier;
+use crate::render::naming;
 use crate::settings::Settings;
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -72,7 +72,7 @@ pub struct InstanceValues {
     pub uid: String,
 }
 
-/// The names of the chart's objects, derived by `crate::naming` (shortened with a
+/// The names of the chart's objects, derived by `crate::render::naming` (shortened with a
 /// digest where `<instance name><suffix>` would pass the limit); the chart
 /// never builds a name from the instance name itself.
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -258,7 +258,7 @@ pub struct InstanceRef<'a> {
     pub uid: &'a str,
 }
 
-/// What the cluster approved for an instance (see [`crate::approval`]); the
+/// What the cluster approved for an instance (see [`crate::reconcile::approval`]); the
 /// spec alone never grants any of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Approved {
@@ -397,7 +397,7 @@ fn ingress_sources(settings: &Settings) -> BTreeMap<String, String> {
 
 /// What besides the values decides the rendering: the chart and the operator.
 pub fn rendering(settings: &Settings) -> String {
-    format!("chart {} operator {}", settings.chart_digest, crate::digest::OPERATOR_VERSION)
+    format!("chart {} operator {}", settings.chart_digest, crate::helm::digest::OPERATOR_VERSION)
 }
 
 /// Digest of the values with `valuesHash` itself blanked, and of `rendering`.

@@ -11,8 +11,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::http_server::{self, Limits};
-use crate::metrics::Metrics;
+use crate::ops::http_server::{self, Limits};
+use crate::ops::metrics::Metrics;
 
 /// What the probes report.
 #[derive(Debug, Default)]

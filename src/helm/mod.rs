@@ -12,6 +12,11 @@
 //! namespace itself. `--no-hooks` on every action: the chart has none, so a
 //! hook can only come from a record nobody should trust.
 
+pub mod digest;
+pub mod manifest;
+pub mod release;
+pub mod remediation;
+
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,8 +28,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
-use crate::values::Values;
+use crate::ops::metrics::Metrics;
+use crate::render::values::Values;
 
 /// Longest stderr excerpt kept for status messages.
 const STDERR_KEEP: usize = 600;

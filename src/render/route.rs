@@ -7,9 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::{TinycodeInstanceSpec, TlsTermination};
-use crate::naming;
-use crate::openshift::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
-use crate::scc::instance_labels;
+use crate::platform::openshift::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
+use crate::platform::scc::instance_labels;
+use crate::render::naming;
 
 /// The desired Route for an instance.
 pub fn build(name: &str, namespace: &str, spec: &TinycodeInstanceSpec, owner: OwnerReference) -> Route {
@@ -54,7 +54,7 @@ pub fn admitted_host(route: &Route) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openshift::{RouteIngress, RouteIngressCondition, RouteStatus};
+    use crate::platform::openshift::{RouteIngress, RouteIngressCondition, RouteStatus};
 
     fn owner() -> OwnerReference {
         OwnerReference {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::helm::HelmError;
-use crate::validation::InvalidSpec;
+use crate::reconcile::rules::InvalidSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -3,9 +3,14 @@
 //! start-up from API discovery (or `--platform`), then passed around as a
 //! value: one code path, never a fork.
 
+pub mod openshift;
+pub mod prepare;
+pub mod rbac;
+pub mod scc;
+
 use std::collections::BTreeMap;
 
-use crate::scc::SccTier;
+use crate::platform::scc::SccTier;
 
 /// `--platform`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

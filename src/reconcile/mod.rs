@@ -2,6 +2,12 @@
 //! the SCC → build values (pure) → helm upgrade when needed → Route → status.
 //! Only this file and [`crate::helm`] touch the cluster.
 
+pub mod approval;
+pub mod conditions;
+pub mod error;
+pub mod kubeconfig;
+pub mod rules;
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -29,20 +35,21 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::api::{FINALIZER, Phase, TinycodeInstance, TinycodeInstanceStatus};
-use crate::error::{Error, Retry, backoff};
-use crate::health::HealthState;
 use crate::helm::Helm;
-use crate::metrics::Metrics;
-use crate::openshift::{Route, SecurityContextConstraints};
-use crate::remediation::RetryBudget;
-use crate::scc::{ALL_TIERS, SccTier};
+use crate::helm::remediation::RetryBudget;
+use crate::helm::{manifest, release};
+use crate::ops::health::HealthState;
+use crate::ops::metrics::Metrics;
+use crate::platform::openshift::{Route, SecurityContextConstraints};
+use crate::platform::scc::{ALL_TIERS, SccTier};
+use crate::platform::{prepare, scc};
+use crate::reconcile::error::{Error, Retry, backoff};
+use crate::render::values::{self, Approved, InstanceRef, Values};
+use crate::render::{config, ingress, naming, route};
 use crate::settings::Settings;
-use crate::status::{self, Desired, Observed};
-use crate::values::{self, Approved, InstanceRef, Values};
-use crate::{
-    FIELD_MANAGER, approval, config, ingress, manifest, naming, platform, prepare, release, route, scc, validation,
-    vllm,
-};
+use crate::{FIELD_MANAGER, platform, vllm};
+use conditions::{self as status, Desired, Observed};
+use rules as validation;
 
 /// Annotation on the Deployment holding the digest of the values it was rendered from.
 pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
@@ -527,7 +534,7 @@ async fn check_kubeconfig(
         ));
     };
     let warnings =
-        crate::cluster_admin::kubeconfig_warnings(&String::from_utf8_lossy(&bytes.0)).map_err(|problem| {
+        crate::reconcile::kubeconfig::kubeconfig_warnings(&String::from_utf8_lossy(&bytes.0)).map_err(|problem| {
             Error::blocked(
                 "KubeconfigInvalid",
                 format!("Secret {secret_name} key {key} in {source_ns}: {problem}; store a working kubeconfig there"),
@@ -650,7 +657,8 @@ async fn ensure_generated_password(
             ),
         ));
     }
-    let password = crate::secret::random_password(32).map_err(|e| Error::blocked("PasswordGenerationFailed", e))?;
+    let password =
+        crate::render::secret::random_password(32).map_err(|e| Error::blocked("PasswordGenerationFailed", e))?;
     let secret = Secret {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: Some(secret_name.clone()),

@@ -111,8 +111,8 @@ pub fn workload_status(observed: &Observed, warnings: &[String]) -> (Phase, Opti
 
 /// kstatus conditions for a reconcile that ended in `err`: Stalled when only
 /// a change can help, Reconciling while the operator keeps trying.
-pub fn progress(err: &crate::error::Error) -> Vec<Desired> {
-    use crate::error::Error;
+pub fn progress(err: &crate::reconcile::error::Error) -> Vec<Desired> {
+    use crate::reconcile::error::Error;
     let reason = err.reason();
     match err {
         Error::Stalled(m) => vec![
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn kstatus_conditions_follow_the_outcome() {
-        use crate::error::Error;
+        use crate::reconcile::error::Error;
         let stalled = progress(&Error::Stalled("helm failed 5 times: boom".into()));
         assert_eq!((stalled[0].type_, stalled[0].status), (RECONCILING, false));
         assert_eq!(

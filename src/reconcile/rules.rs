@@ -192,7 +192,7 @@ pub fn validate(
                 "is bound only in cluster-admin mode: set spec.clusterAdmin.enabled to true or remove clusterRole"
                     .into(),
             );
-        } else if crate::approval::reserved_cluster_role(role) {
+        } else if crate::reconcile::approval::reserved_cluster_role(role) {
             err(
                 "spec.clusterAdmin.clusterRole",
                 format!(

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde::Serialize;
 
 use crate::api::TinycodeInstanceSpec;
-use crate::naming;
-use crate::openshift::SecurityContextConstraints;
+use crate::platform::openshift::SecurityContextConstraints;
+use crate::render::naming;
 
 /// Least-privileged tier that satisfies a spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -259,7 +259,7 @@ mod tests {
     #[test]
     fn scc_priority_is_an_explicit_zero() {
         for tier in ALL_TIERS {
-            let m = crate::openshift::scc_manifest(&tier.scc());
+            let m = crate::platform::openshift::scc_manifest(&tier.scc());
             assert_eq!(m["priority"], serde_json::json!(0), "{}", tier.scc_name());
         }
     }
@@ -278,7 +278,7 @@ mod tests {
         let required = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["required"].as_array().unwrap().clone();
         assert!(required.contains(&serde_json::json!("priority")));
         for tier in ALL_TIERS {
-            let m = crate::openshift::scc_manifest(&tier.scc());
+            let m = crate::platform::openshift::scc_manifest(&tier.scc());
             for field in &required {
                 let field = field.as_str().unwrap();
                 assert!(!m[field].is_null(), "{} lacks required {field} (or it is null)", tier.scc_name());

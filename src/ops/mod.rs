@@ -1,0 +1,6 @@
+//! Running the operator itself: health and metrics endpoints, leader election.
+
+pub mod health;
+pub mod http_server;
+pub mod leader;
+pub mod metrics;
