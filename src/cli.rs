@@ -206,6 +206,7 @@ impl SettingsArgs {
             chart_digest: crate::helm::digest::chart_digest(&self.chart_path).unwrap_or_default(),
             max_retries: self.max_retries,
             blocked_requeue: Duration::from_secs(self.blocked_requeue_seconds),
+            lease_duration: Duration::from_secs(15),
             ollama_image: self.ollama_image.clone(),
             ollama_models_size: self.ollama_models_size.clone(),
             probes: crate::vllm::ProbeSettings {
@@ -386,9 +387,11 @@ fn run(settings: Settings, args: RunArgs) -> ExitCode {
     runtime.block_on(run_async(settings, args))
 }
 
-async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
+async fn run_async(mut settings: Settings, args: RunArgs) -> ExitCode {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
+
+    settings.lease_duration = Duration::from_secs(args.lease_duration_seconds.max(3));
 
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
@@ -522,13 +525,12 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     };
     let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
     tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
-    let ctx = Arc::new(crate::reconcile::Context::new(client, settings, helm, metrics));
     let mut stop = stop_rx.clone();
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
     let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
-    crate::reconcile::run(ctx, opts, health, shutdown).await;
+    crate::reconcile::run(client, settings, helm, metrics, opts, health, shutdown).await;
     if lost.load(Ordering::Relaxed) {
         tracing::error!("stopped after losing the leader lease");
         return ExitCode::from(1);

@@ -26,6 +26,9 @@ pub struct Settings {
     pub max_retries: u32,
     /// Delay before re-checking an instance blocked on something outside its spec.
     pub blocked_requeue: Duration,
+    /// The leader lease: a pending release record younger than this may
+    /// belong to a previous leader still at work.
+    pub lease_duration: Duration,
     pub ollama_image: String,
     pub ollama_models_size: String,
     pub probes: crate::vllm::ProbeSettings,
@@ -54,6 +57,7 @@ impl Default for Settings {
             chart_digest: String::new(),
             max_retries: 5,
             blocked_requeue: Duration::from_secs(30),
+            lease_duration: Duration::from_secs(15),
             ollama_image: "docker.io/ollama/ollama:latest".into(),
             ollama_models_size: "20Gi".into(),
             probes: crate::vllm::ProbeSettings::default(),

@@ -64,6 +64,8 @@ pub struct Helm {
     timeout: Duration,
     home: Arc<tempfile::TempDir>,
     running: Arc<Mutex<HashSet<String>>>,
+    /// Releases this process started a helm run for (their pending records are its own).
+    written: Arc<Mutex<HashSet<String>>>,
     shutdown: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 }
@@ -92,7 +94,16 @@ impl Helm {
     ) -> std::io::Result<Self> {
         // Helm wants writable cache/config dirs; the manager's root filesystem is read-only.
         let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
-        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default(), shutdown, metrics })
+        Ok(Self {
+            bin,
+            chart,
+            timeout,
+            home: Arc::new(home),
+            running: Arc::default(),
+            written: Arc::default(),
+            shutdown,
+            metrics,
+        })
     }
 
     /// Whether this process is running helm for the release right now.
@@ -246,8 +257,14 @@ impl Helm {
         }
     }
 
+    /// Whether this process ever started a helm run for the release.
+    pub fn wrote(&self, namespace: &str, release: &str) -> bool {
+        self.written.lock().expect("lock").contains(&format!("{namespace}/{release}"))
+    }
+
     fn mark_running(&self, namespace: &str, release: &str) -> RunningGuard {
         let key = format!("{namespace}/{release}");
+        self.written.lock().expect("lock").insert(key.clone());
         self.running.lock().expect("lock").insert(key.clone());
         RunningGuard { key, running: self.running.clone() }
     }

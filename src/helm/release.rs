@@ -60,6 +60,18 @@ pub fn last_good(records: &[Record], failed: i64) -> Option<&Record> {
         .max_by_key(|r| r.version)
 }
 
+/// Whether a pending record (helm was interrupted, or is still at work)
+/// may be discarded: when this process wrote it and is not running helm for
+/// it now (the caller checks that), or when it is older than the leader
+/// lease, so no previous leader can still be writing it.
+pub fn may_discard_pending(record: &Record, now: Timestamp, lease: std::time::Duration, written_here: bool) -> bool {
+    if written_here {
+        return true;
+    }
+    let lease = k8s_openapi::jiff::SignedDuration::try_from(lease).unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+    record.created.is_some_and(|created| created.checked_add(lease).is_ok_and(|until| until < now))
+}
+
 /// A manager other than ours that wrote the object since `since`, if any.
 /// Status writes (a subresource) are not drift. Times have one-second
 /// resolution, so a write in the release's own second counts: at worst that
@@ -85,6 +97,23 @@ pub fn foreign_write_after(meta: &ObjectMeta, since: Option<Timestamp>) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_young_pending_record_of_another_leader_is_kept() {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let lease = std::time::Duration::from_secs(15);
+        let at = |secs: i64| Record {
+            secret_name: "r".into(),
+            version: 2,
+            status: "pending-upgrade".into(),
+            created: Some(Timestamp::from_second(secs).unwrap()),
+        };
+        assert!(!may_discard_pending(&at(1_000_000 - 5), now, lease, false), "younger than the lease");
+        assert!(may_discard_pending(&at(1_000_000 - 5), now, lease, true), "this process wrote it");
+        assert!(may_discard_pending(&at(1_000_000 - 16), now, lease, false), "older than the lease");
+        let unknown = Record { created: None, ..at(0) };
+        assert!(!may_discard_pending(&unknown, now, lease, false), "no creation time: keep");
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
     use std::collections::BTreeMap;
 

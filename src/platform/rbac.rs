@@ -30,9 +30,6 @@ pub struct Permission {
 fn any() -> Vec<String> {
     Vec::new()
 }
-fn scc_names() -> Vec<String> {
-    ALL_TIERS.iter().map(|t| t.scc_name()).collect()
-}
 /// The default `--allowed-cluster-roles`: the operator may bind exactly
 /// these for instances. A cluster-admin who allows more adds them here too
 /// (and regenerates), or grants `bind` on them in a ClusterRole of their own.
@@ -74,16 +71,23 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resources: &["namespaces"],
-        verbs: &["get", "list"],
+        verbs: &["get", "list", "watch"],
         names: any,
-        why: "read namespace opt-in and approval labels; find namespaces opened to vLLM discovery",
+        why: "cache namespace opt-in and approval labels; find namespaces opened to vLLM discovery",
     },
     Permission {
         group: "",
         resources: &["services"],
         verbs: &["get", "list", "watch"],
         names: any,
-        why: "watch owned Services; hold what discovery ClusterRoles grant",
+        why: "watch owned Services and find vLLM Services; hold what discovery ClusterRoles grant",
+    },
+    Permission {
+        group: "",
+        resources: &["persistentvolumeclaims"],
+        verbs: &["list", "watch"],
+        names: any,
+        why: "cache the metadata of the instances' PVCs, to notice a deleted one",
     },
     Permission {
         group: "",
@@ -123,7 +127,7 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "networking.k8s.io",
         resources: &["ingressclasses"],
-        verbs: &["get", "list"],
+        verbs: &["get", "list", "watch"],
         names: any,
         why: "find the cluster's default IngressClass",
     },
@@ -137,7 +141,7 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "rbac.authorization.k8s.io",
         resources: &["clusterrolebindings"],
-        verbs: &["get", "list", "create", "update", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "update", "patch", "delete"],
         names: any,
         why: "helm binds an approved spec.clusterAdmin.clusterRole; cleanup finds bindings by instance label (no ClusterRole is ever written)",
     },
@@ -165,9 +169,9 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "security.openshift.io",
         resources: &["securitycontextconstraints"],
-        verbs: &["get"],
-        names: scc_names,
-        why: "check the tier's SCC is installed",
+        verbs: &["get", "list", "watch"],
+        names: any,
+        why: "cache which SCC tiers are installed",
     },
     Permission {
         group: "authorization.k8s.io",
@@ -201,9 +205,9 @@ pub const LEADER_ELECTION_PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resources: &["secrets"],
-        verbs: &["get", "list", "create", "update", "patch", "delete", "deletecollection"],
+        verbs: &["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"],
         names: any,
-        why: "helm stores each instance's release records here; stale records are cleaned up",
+        why: "helm stores each instance's release records here (the operator caches their metadata); stale records are cleaned up",
     },
 ];
 
@@ -324,7 +328,7 @@ mod tests {
                 .unwrap_or_default()
         };
         assert_eq!(find("ingresses"), vec!["list", "watch"], "writes come from the namespace admin grant");
-        assert_eq!(find("ingressclasses"), vec!["get", "list"]);
+        assert_eq!(find("ingressclasses"), vec!["get", "list", "watch"]);
     }
 
     #[test]

@@ -62,9 +62,9 @@ pub fn merge_conditions(
         .collect()
 }
 
-/// What the cluster says about the workload.
+/// What the cluster says about the workload (Deployment and exposure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Observed {
+pub struct Workload {
     /// Deployment replicas wanted.
     pub desired_replicas: i32,
     /// Deployment `status.availableReplicas`.
@@ -82,7 +82,7 @@ pub struct Observed {
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
-pub fn workload_status(observed: &Observed, warnings: &[String]) -> (Phase, Option<String>, Desired) {
+pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Option<String>, Desired) {
     let url = observed.admitted_host.as_ref().map(|h| format!("{}://{h}", if observed.tls { "https" } else { "http" }));
     let rollout_done = observed.deployment_current
         && observed.updated_replicas >= observed.desired_replicas
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn running_needs_an_available_current_rollout() {
-        let mut o = Observed {
+        let mut o = Workload {
             desired_replicas: 2,
             available_replicas: 1,
             updated_replicas: 2,
@@ -266,7 +266,7 @@ mod tests {
             (stalled[1].type_, stalled[1].status, stalled[1].message.as_str()),
             (STALLED, true, "helm failed 5 times: boom")
         );
-        let retrying = progress(&Error::blocked("SecretMissing", "create it"));
+        let retrying = progress(&Error::blocked(crate::reconcile::reason::Blocked::PasswordSecretMissing, "create it"));
         assert_eq!((retrying[0].status, retrying[1].status), (true, false));
         let ok = progress_ok(Phase::Running);
         assert_eq!((ok[0].status, ok[1].status), (false, false));

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::helm::HelmError;
+use crate::reconcile::reason::Blocked;
 use crate::reconcile::rules::InvalidSpec;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,7 +16,7 @@ pub enum Error {
     /// Something outside the spec must be fixed first (namespace preparation, a
     /// missing Secret, SCC approval): re-checked on a slow timer.
     #[error("{message}")]
-    Blocked { reason: &'static str, message: String },
+    Blocked { reason: Blocked, message: String },
 
     /// The API server failed or refused a call: retried with backoff.
     #[error("Kubernetes API call failed: {}", api_message(.0))]
@@ -51,7 +52,7 @@ pub enum Retry {
 }
 
 impl Error {
-    pub fn blocked(reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn blocked(reason: Blocked, message: impl Into<String>) -> Self {
         Error::Blocked { reason, message: message.into() }
     }
 
@@ -59,10 +60,20 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::InvalidSpec(_) => "InvalidSpec",
-            Error::Blocked { reason, .. } => reason,
+            Error::Blocked { reason, .. } => reason.as_str(),
             Error::Kube(_) => "KubernetesApiError",
             Error::Helm(_) => "HelmFailed",
             Error::Stalled(_) => "RetriesExhausted",
+        }
+    }
+
+    /// The condition type besides Ready this error sets False, if any.
+    pub fn condition_type(&self) -> Option<&'static str> {
+        match self {
+            Error::Blocked { reason, .. } if reason.condition_type() != crate::reconcile::conditions::READY => {
+                Some(reason.condition_type())
+            }
+            _ => None,
         }
     }
 
@@ -98,10 +109,10 @@ mod tests {
     fn variants_drive_the_retry_policy() {
         let invalid = Error::InvalidSpec(InvalidSpec(vec![]));
         assert_eq!((invalid.retry(), invalid.reason()), (Retry::OnChange, "InvalidSpec"));
-        let blocked = Error::blocked("SecretMissing", "create it");
+        let blocked = Error::blocked(Blocked::PasswordSecretMissing, "create it");
         assert_eq!(
             (blocked.retry(), blocked.reason(), blocked.to_string().as_str()),
-            (Retry::Slowly, "SecretMissing", "create it")
+            (Retry::Slowly, "PasswordSecretMissing", "create it")
         );
         let helm = Error::Helm(HelmError::Failed { action: "upgrade", stderr: "boom".into() });
         assert_eq!((helm.retry(), helm.reason()), (Retry::Backoff, "HelmFailed"));

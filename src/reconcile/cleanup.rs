@@ -1,0 +1,152 @@
+//! The delete path: Terminating → helm uninstall → grants, Route and
+//! copies removed → PVCs deleted only when the user said so. It always
+//! completes: where the namespace is being deleted or the operator lost its
+//! rights there, namespaced objects are taken as gone (a Warning event names
+//! what may be left), while the release records and the instance's objects
+//! outside the namespace are still removed. Reads here are live: deletion
+//! is rare and must not trust a cache.
+
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::api::{Phase, TinycodeInstance};
+use crate::platform::openshift::Route;
+use crate::platform::scc::ALL_TIERS;
+use crate::reconcile::execute::{delete_ignoring_missing, write_status};
+use crate::reconcile::observe::prepared_live;
+use crate::reconcile::{Context, Error, status};
+use crate::render::naming;
+
+/// Delete path: Terminating → helm uninstall → grants, Route and copies
+/// removed → PVCs deleted only when the user said so. It always completes:
+/// when the namespace is being deleted or the operator lost its rights there,
+/// namespaced objects are taken as gone (a Warning event names what may be
+/// left), while the release records and the instance's objects outside the
+/// namespace are still removed.
+pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
+    let name = inst.name_any();
+    let ns = inst.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    if inst.status.as_ref().and_then(|s| s.phase) != Some(Phase::Terminating) {
+        let st = status::terminating(inst, &super::now());
+        if let Err(e) = write_status(ctx, inst, &st).await {
+            tracing::debug!(error = %e, "could not mark the instance Terminating");
+        }
+    }
+
+    let namespace = Api::<Namespace>::all(client.clone()).get_opt(&ns).await?;
+    let terminating = namespace.as_ref().is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+    let degraded = terminating || !matches!(prepared_live(ctx, &ns).await, Ok(missing) if missing.is_empty());
+    let mut left: Vec<String> = Vec::new();
+
+    let release_name = naming::release_name(&ns, &name);
+    let storage_ns = &ctx.settings.operator_namespace;
+    let records_api: Api<Secret> = Api::namespaced(client.clone(), storage_ns);
+    let selector = format!("owner=helm,name={release_name}");
+    let installed = !records_api.list_metadata(&ListParams::default().labels(&selector)).await?.items.is_empty();
+    if installed {
+        match ctx.helm.uninstall(&release_name, storage_ns).await {
+            Ok(()) => {}
+            Err(e) if degraded => {
+                tracing::warn!(error = %e, "helm uninstall failed in a namespace the operator cannot manage any more");
+                left.push(format!("the objects of release {release_name}"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        // The records are the operator's own: never leave them behind.
+        records_api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&selector)).await?;
+    }
+
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    for tier in ALL_TIERS {
+        note_left(delete_namespaced(&bindings, &naming::scc_grant(&name, tier.as_str())).await?, &mut left);
+    }
+    if ctx.settings.platform.routes {
+        let routes = Api::<Route>::namespaced(client.clone(), &ns);
+        note_left(delete_namespaced(&routes, &naming::route(&name)).await?, &mut left);
+    } else {
+        let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+        note_left(delete_namespaced(&ingresses, &naming::route(&name)).await?, &mut left);
+    }
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    note_left(delete_namespaced(&secrets, &naming::kubeconfig_copy(&name)).await?, &mut left);
+    remove_outside_objects(ctx, &ns, &name, &mut left).await?;
+
+    let kept = if inst.spec.storage.retain_on_delete {
+        "the data volumes were kept (storage.retainOnDelete)"
+    } else {
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), naming::ollama_models_pvc(&name)] {
+            note_left(delete_namespaced(&pvcs, &pvc).await?, &mut left);
+        }
+        "the data volumes were deleted (storage.retainOnDelete is false)"
+    };
+    if !left.is_empty() {
+        let why = if terminating { "namespace is being deleted" } else { "operator has lost its rights there" };
+        ctx.event(
+            inst,
+            EventType::Warning,
+            "CleanupIncomplete",
+            "Cleanup",
+            format!(
+                "the {why}; these may remain in {ns} until the namespace goes: {}; the release records and cluster-wide bindings were removed",
+                left.join(", ")
+            ),
+        )
+        .await;
+    }
+    ctx.event(
+        inst,
+        EventType::Normal,
+        "Deleted",
+        "Cleanup",
+        format!("release {release_name} uninstalled and SCC grant removed; {kept}"),
+    )
+    .await;
+    ctx.metrics.phase(&super::instance_key(inst), None);
+    ctx.retries.lock().expect("lock").clear(&ObjectRef::from_obj(inst));
+    Ok(Action::await_change())
+}
+
+/// Objects of the instance outside its namespace, found by their instance
+/// labels: the cluster-role binding and discovery RoleBindings elsewhere.
+async fn remove_outside_objects(ctx: &Context, ns: &str, name: &str, left: &mut Vec<String>) -> Result<(), Error> {
+    let selector = format!("tinycode.dev/instance-namespace={ns},tinycode.dev/instance-name={name}");
+    let lp = ListParams::default().labels(&selector);
+    let crbs: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
+    for crb in crbs.list_metadata(&lp).await?.items {
+        delete_ignoring_missing(&crbs, &crb.name_any()).await?;
+    }
+    delete_ignoring_missing(&crbs, &naming::cluster_role_binding(ns, name)).await?;
+    for rb in Api::<RoleBinding>::all(ctx.client.clone()).list_metadata(&lp).await?.items {
+        let rb_ns = rb.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &rb_ns);
+        note_left(delete_namespaced(&api, &rb.name_any()).await?.map(|o| format!("{o} in {rb_ns}")), left);
+    }
+    Ok(())
+}
+
+/// Deletes a namespaced object; `Some(what)` when the operator may not
+/// (it lost its rights there), `None` when it is gone.
+async fn delete_namespaced<K>(api: &Api<K>, name: &str) -> Result<Option<String>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Some(format!("{} {name}", K::kind(&())))),
+        Err(e) => Err(e),
+    }
+}
+
+fn note_left(what: Option<String>, left: &mut Vec<String>) {
+    left.extend(what);
+}

@@ -1,0 +1,180 @@
+//! Stage 4: the writes of a [`Plan`], in order, and nothing else. Each
+//! write is skipped when the plan left it out (the cluster already holds
+//! it), so an unchanged instance costs no request here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::FIELD_MANAGER;
+use crate::api::{TinycodeInstance, TinycodeInstanceStatus};
+use crate::helm::release;
+use crate::platform::openshift::Route;
+use crate::reconcile::plan::{Exposure, Plan};
+use crate::reconcile::validate::Withdraw;
+use crate::reconcile::{Context, Error};
+use crate::render::naming;
+
+/// What the writes left: the release revision and the exposure as the cluster reports it.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub revision: i64,
+    pub route: Option<Arc<Route>>,
+    pub ingress: Option<Arc<Ingress>>,
+}
+
+/// Applies `plan` for `inst`.
+pub async fn execute(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Result<Outcome, Error> {
+    let ns = inst.namespace().unwrap_or_default();
+    let name = inst.name_any();
+    let client = &ctx.client;
+    if let Some(secret) = &plan.password_secret {
+        create_password(ctx, inst, secret).await?;
+    }
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    if let Some(grant) = &plan.grant {
+        bindings.patch(&grant.name_any(), &apply_params(), &Patch::Apply(grant)).await?;
+    }
+    for stale in &plan.stale_grants {
+        delete_ignoring_missing(&bindings, stale).await?;
+    }
+    if plan.replace_cluster_role_binding {
+        let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+        delete_ignoring_missing(&crbs, &naming::cluster_role_binding(&ns, &name)).await?;
+    }
+    if let Some(copy) = &plan.kubeconfig_copy {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        secrets.patch(&copy.name_any(), &apply_params(), &Patch::Apply(copy)).await?;
+    }
+    let revision = match &plan.helm {
+        Some(run) => crate::reconcile::helm_run::run(ctx, inst, plan, run).await?,
+        None => plan.revision.unwrap_or_default(),
+    };
+    let (route, ingress) = expose(ctx, &ns, &name, &plan.exposure).await?;
+    Ok(Outcome { revision, route, ingress })
+}
+
+/// Takes back what an instance that may not run was given.
+pub async fn withdraw(ctx: &Context, inst: &TinycodeInstance, what: &[Withdraw]) -> Result<(), Error> {
+    let ns = inst.namespace().unwrap_or_default();
+    let name = inst.name_any();
+    for w in what {
+        match w {
+            Withdraw::ClusterRoleBinding => {
+                let crbs: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
+                delete_ignoring_missing(&crbs, &naming::cluster_role_binding(&ns, &name)).await?;
+            }
+            Withdraw::KubeconfigCopy => {
+                let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+                delete_ignoring_missing(&secrets, &naming::kubeconfig_copy(&name)).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn expose(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    exposure: &Exposure,
+) -> Result<(Option<Arc<Route>>, Option<Arc<Ingress>>), Error> {
+    Ok(match exposure {
+        Exposure::Route { apply: Some(route), .. } => {
+            let routes: Api<Route> = Api::namespaced(ctx.client.clone(), ns);
+            let live = routes.patch(&route.name_any(), &apply_params(), &Patch::Apply(route)).await?;
+            (Some(Arc::new(live)), None)
+        }
+        Exposure::Route { apply: None, live } => (live.clone(), None),
+        Exposure::Ingress { apply: Some(ingress), .. } => {
+            let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
+            let live = api.patch(&ingress.name_any(), &apply_params(), &Patch::Apply(ingress)).await?;
+            (None, Some(Arc::new(live)))
+        }
+        Exposure::Ingress { apply: None, delete, live, .. } => {
+            if *delete {
+                let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
+                delete_ignoring_missing(&api, &naming::route(name)).await?;
+            }
+            (None, live.clone())
+        }
+    })
+}
+
+/// Creates the generated password Secret; another worker or replica that
+/// created it first wins, and the next reconcile reads theirs.
+async fn create_password(ctx: &Context, inst: &TinycodeInstance, secret: &Secret) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    secrets.create(&params, secret).await?;
+    let name = secret.name_any();
+    let note = format!(
+        "no spec.auth.passwordSecret: generated a password in Secret {name}, key {}",
+        crate::reconcile::validate::PASSWORD_KEY
+    );
+    ctx.event(inst, EventType::Normal, "PasswordGenerated", "Reconcile", note).await;
+    Ok(())
+}
+
+/// Writes the status (server-side apply of the status subresource).
+pub async fn write_status(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    status: &TinycodeInstanceStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": TinycodeInstance::api_version(&()),
+        "kind": TinycodeInstance::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&inst.name_any(), &apply_params(), &Patch::Apply(&patch)).await.map(drop)
+}
+
+/// Server-side apply with the operator's one field manager, taking fields over.
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Deletes an object; a missing one is fine.
+pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// After a helm run the caches may trail the cluster by a moment: wait
+/// (briefly) until they show the new revision, so the next reconcile does
+/// not take the old state for drift.
+pub async fn await_caches(ctx: &Context, release_name: &str, revision: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        let metas: Vec<_> = ctx
+            .stores
+            .records
+            .state()
+            .iter()
+            .filter(|s| {
+                s.metadata.labels.as_ref().and_then(|l| l.get("name")).map(String::as_str) == Some(release_name)
+            })
+            .map(|s| s.metadata.clone())
+            .collect();
+        if release::latest(&release::records(&metas)).is_some_and(|r| r.version >= revision && !r.is_pending()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,148 @@
+//! The helm step of [`super::execute`]: `helm upgrade --install` within the
+//! rendering's retry budget, a rollback to the last good revision when an
+//! upgrade fails, the move of a release an earlier build kept in the
+//! instance namespace, and discarding records of interrupted runs.
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+
+use crate::api::TinycodeInstance;
+use crate::helm::release;
+use crate::reconcile::execute::{await_caches, delete_ignoring_missing};
+use crate::reconcile::plan::{HelmRun, Plan};
+use crate::reconcile::{Context, Error, conditions};
+use crate::render::naming;
+
+/// Runs helm for `plan`; returns the new revision.
+pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &HelmRun) -> Result<i64, Error> {
+    let release_name = &plan.release_name;
+    let storage_ns = &ctx.settings.operator_namespace;
+    discard_pending(ctx, inst, plan).await?;
+    let key = ObjectRef::from_obj(inst);
+    let attempt = format!("{}|{}", plan.values.values_hash, plan.request.clone().unwrap_or_default());
+    {
+        let retries = ctx.retries.lock().expect("lock");
+        if !retries.may_run(&key, &attempt) {
+            return Err(Error::Stalled(format!(
+                "helm failed {} times for this spec and chart and is not run again until the spec, the chart or the annotation {} changes; last error: {}",
+                retries.max(),
+                conditions::RECONCILE_REQUEST_ANNOTATION,
+                retries.last_error(&key).unwrap_or_default()
+            )));
+        }
+    }
+    tracing::info!(release = %release_name, reason = %why.reason, "applying helm release");
+    let applied = match ctx.helm.upgrade_install(release_name, storage_ns, &plan.values, why.migrate).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            let failures = ctx.retries.lock().expect("lock").failed(&key, &attempt, &e.to_string());
+            roll_back_to_last_good(ctx, inst, release_name).await;
+            let max = ctx.retries.lock().expect("lock").max();
+            if failures >= max {
+                return Err(Error::Stalled(format!(
+                    "helm failed {failures} times for this spec and chart; fix the cause, then change the spec or set the annotation {} to a new value: {e}",
+                    conditions::RECONCILE_REQUEST_ANNOTATION
+                )));
+            }
+            return Err(e.into());
+        }
+    };
+    ctx.retries.lock().expect("lock").clear(&key);
+    let note = format!(
+        "release {release_name} revision {} applied ({}) for {}",
+        applied.revision,
+        why.reason,
+        inst.name_any()
+    );
+    ctx.event(inst, EventType::Normal, "HelmApplied", "Helm", note).await;
+    if why.migrate {
+        finish_migration(ctx, inst).await?;
+    }
+    await_caches(ctx, release_name, applied.revision).await;
+    Ok(applied.revision)
+}
+
+/// Records of a helm operation nobody is working on are left from an
+/// interrupted run (the operator was killed mid-upgrade): drop them so helm
+/// can proceed. A record this process is writing is never touched, nor one
+/// younger than the leader lease unless this process wrote it (a previous
+/// leader may still be finishing it).
+async fn discard_pending(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Result<(), Error> {
+    let storage_ns = &ctx.settings.operator_namespace;
+    if plan.pending.is_empty() || ctx.helm.is_running(storage_ns, &plan.release_name) {
+        return Ok(());
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    for r in &plan.pending {
+        let written_here = ctx.helm.wrote(storage_ns, &plan.release_name);
+        if !release::may_discard_pending(r, now, ctx.settings.lease_duration, written_here) {
+            return Err(Error::blocked(
+                crate::reconcile::reason::Blocked::ReleaseInProgress,
+                format!(
+                    "revision {} of release {} is {} and may still be written by a previous leader; retrying once it is older than the leader lease",
+                    r.version, plan.release_name, r.status
+                ),
+            ));
+        }
+        tracing::warn!(release = %plan.release_name, revision = r.version, status = %r.status, "removing an interrupted helm operation");
+        delete_ignoring_missing(&api, &r.secret_name).await?;
+        let note = format!(
+            "revision {} of release {} was left {} by an interrupted run; it was discarded and the release re-applied",
+            r.version, plan.release_name, r.status
+        );
+        ctx.event(inst, EventType::Warning, "HelmRecovered", "Helm", note).await;
+    }
+    Ok(())
+}
+
+/// After a failed upgrade of a release that had worked, goes back to its
+/// last good revision, so the instance keeps running what worked. Best
+/// effort: a failure here is logged and the next attempt tries again.
+async fn roll_back_to_last_good(ctx: &Context, inst: &TinycodeInstance, release_name: &str) {
+    let storage_ns = &ctx.settings.operator_namespace;
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
+    let Ok(list) = api.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await
+    else {
+        return;
+    };
+    let records = release::records(&list.items.into_iter().map(|m| m.metadata).collect::<Vec<_>>());
+    let Some(failed) = release::latest(&records).filter(|r| r.status == "failed") else { return };
+    let Some(good) = release::last_good(&records, failed.version) else { return };
+    match ctx.helm.rollback(release_name, storage_ns, good.version).await {
+        Ok(()) => {
+            let note = format!(
+                "revision {} of release {release_name} failed; rolled back to revision {}, the last that worked",
+                failed.version, good.version
+            );
+            ctx.event(inst, EventType::Warning, "HelmRolledBack", "Helm", note).await
+        }
+        Err(e) => tracing::warn!(release = release_name, error = %e, "rollback failed"),
+    }
+}
+
+/// After the release was re-created in the operator namespace: the old
+/// records go (deleted, never read), and so does the old cluster-wide
+/// discovery binding, which the new release replaces with RoleBindings.
+async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), Error> {
+    let (ns, name) = (inst.namespace().unwrap_or_default(), inst.name_any());
+    let legacy = naming::legacy_release_name(&ns, &name);
+    Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("owner=helm,name={legacy}")),
+        )
+        .await?;
+    let old_binding = naming::legacy_discovery_cluster_binding(&ns, &name);
+    delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding).await?;
+    let note = format!(
+        "release {legacy} of an earlier build now lives in the operator namespace as {}; its old records in {ns} were deleted",
+        naming::release_name(&ns, &name)
+    );
+    ctx.event(inst, EventType::Normal, "HelmMigrated", "Helm", note).await;
+    Ok(())
+}

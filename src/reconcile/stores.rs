@@ -1,0 +1,394 @@
+//! Everything the reconcile reads, kept current by watches: one reflector
+//! per kind, so a resync reads memory instead of the API server. Kinds the
+//! instances own also wake their owner, but only when a field the reconcile
+//! reads changed (see [`relevant`]).
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass, NetworkPolicy};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::platform::openshift::{Route, SecurityContextConstraints};
+
+/// Label selecting the objects the operator and its chart create.
+pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=tinycode-operator";
+
+type Meta<K> = PartialObjectMeta<K>;
+
+/// The reflector stores the reconcile reads.
+#[derive(Clone)]
+pub struct Stores {
+    pub namespaces: Store<Meta<Namespace>>,
+    pub sccs: Option<Store<Meta<SecurityContextConstraints>>>,
+    pub deployments: Store<Deployment>,
+    pub services: Store<Service>,
+    pub service_accounts: Store<Meta<ServiceAccount>>,
+    pub config_maps: Store<Meta<ConfigMap>>,
+    pub network_policies: Store<Meta<NetworkPolicy>>,
+    pub roles: Store<Meta<Role>>,
+    pub role_bindings: Store<Meta<RoleBinding>>,
+    pub pvcs: Store<Meta<PersistentVolumeClaim>>,
+    pub cluster_role_bindings: Store<ClusterRoleBinding>,
+    /// Helm's release records (metadata), in the operator namespace only.
+    pub records: Store<Meta<Secret>>,
+    pub routes: Option<Store<Route>>,
+    pub ingresses: Option<Store<Ingress>>,
+    pub ingress_classes: Option<Store<Meta<IngressClass>>>,
+    /// The one namespace the namespaced stores watch, or None for all.
+    pub scope: Option<String>,
+}
+
+/// What a store says about one object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    Found(Box<ObjectMeta>),
+    Missing,
+    /// No store holds this kind or namespace: ask the API server.
+    NotCached,
+}
+
+impl Stores {
+    /// Waits until every store has listed once (reads before that would
+    /// see an empty cluster and, say, re-install every release).
+    pub async fn ready(&self) {
+        macro_rules! wait {
+            ($($s:expr),*) => { $( wait_store(&$s).await; )* };
+        }
+        wait!(
+            self.namespaces,
+            self.deployments,
+            self.services,
+            self.service_accounts,
+            self.config_maps,
+            self.network_policies,
+            self.roles,
+            self.role_bindings,
+            self.pvcs,
+            self.cluster_role_bindings,
+            self.records
+        );
+        if let Some(s) = &self.sccs {
+            wait_store(s).await;
+        }
+        if let Some(s) = &self.routes {
+            wait_store(s).await;
+        }
+        if let Some(s) = &self.ingresses {
+            wait_store(s).await;
+        }
+        if let Some(s) = &self.ingress_classes {
+            wait_store(s).await;
+        }
+    }
+
+    /// The metadata of an object a release rendered, by kind.
+    pub fn meta(&self, kind: &str, namespace: &str, name: &str) -> Lookup {
+        let ns = (!namespace.is_empty()).then_some(namespace);
+        if ns.is_some() && !self.covers(namespace) {
+            return Lookup::NotCached;
+        }
+        match kind {
+            "Deployment" => lookup(&self.deployments, ns, name, |d| d.metadata.clone()),
+            "Service" => lookup(&self.services, ns, name, |s| s.metadata.clone()),
+            "ServiceAccount" => lookup(&self.service_accounts, ns, name, |m| m.metadata.clone()),
+            "ConfigMap" => lookup(&self.config_maps, ns, name, |m| m.metadata.clone()),
+            "NetworkPolicy" => lookup(&self.network_policies, ns, name, |m| m.metadata.clone()),
+            "Role" => lookup(&self.roles, ns, name, |m| m.metadata.clone()),
+            "RoleBinding" => lookup(&self.role_bindings, ns, name, |m| m.metadata.clone()),
+            "PersistentVolumeClaim" => lookup(&self.pvcs, ns, name, |m| m.metadata.clone()),
+            "ClusterRoleBinding" => lookup(&self.cluster_role_bindings, None, name, |c| c.metadata.clone()),
+            _ => Lookup::NotCached,
+        }
+    }
+
+    /// Whether the namespaced stores hold `namespace`.
+    pub fn covers(&self, namespace: &str) -> bool {
+        self.scope.as_deref().is_none_or(|s| s == namespace)
+    }
+}
+
+fn lookup<K, F>(store: &Store<K>, ns: Option<&str>, name: &str, meta: F) -> Lookup
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    F: Fn(&K) -> ObjectMeta,
+{
+    let key = match ns {
+        Some(ns) => ObjectRef::new(name).within(ns),
+        None => ObjectRef::new(name),
+    };
+    match store.get(&key) {
+        Some(obj) => Lookup::Found(Box::new(meta(&obj))),
+        None => Lookup::Missing,
+    }
+}
+
+async fn wait_store<K>(store: &Store<K>)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    // A waiter registered before the first list completes is not always
+    // woken (seen with kube-runtime 5), so ask again each second.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(1), store.wait_until_ready()).await {
+            Ok(_) => return,
+            Err(_) => continue,
+        }
+    }
+}
+
+/// A hash of what the reconcile reads from an object's metadata: a watch
+/// event that leaves it unchanged (a status write by the kubelet's
+/// controllers, a resync) wakes nobody. Writes to the object by any manager
+/// show in `managedFields` (status subresource writes excepted).
+pub fn meta_hash(meta: &ObjectMeta, h: &mut DefaultHasher) {
+    meta.labels.hash(h);
+    meta.annotations.hash(h);
+    meta.generation.hash(h);
+    meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()).hash(h);
+    for o in meta.owner_references.iter().flatten() {
+        o.uid.hash(h);
+    }
+    for m in meta.managed_fields.iter().flatten() {
+        if m.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
+            continue;
+        }
+        m.manager.hash(h);
+        m.operation.hash(h);
+        m.time.as_ref().map(|t| t.0.as_second()).hash(h);
+    }
+}
+
+/// The watch events that may change a reconcile's outcome, as objects:
+/// deletions always, additions and changes when `hash` differs from the
+/// last one seen for that object.
+pub fn relevant<K, S>(events: S, hash: fn(&K) -> u64) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource + Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let mut seen: HashMap<(Option<String>, String, Option<String>), u64> = HashMap::new();
+    events
+        .map(move |event| -> Vec<Result<K, watcher::Error>> {
+            match event {
+                Err(e) => vec![Err(e)],
+                Ok(watcher::Event::Delete(obj)) => {
+                    let m = obj.meta();
+                    seen.remove(&(m.namespace.clone(), m.name.clone().unwrap_or_default(), m.uid.clone()));
+                    vec![Ok(obj)]
+                }
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                    let m = obj.meta();
+                    let key = (m.namespace.clone(), m.name.clone().unwrap_or_default(), m.uid.clone());
+                    let value = hash(&obj);
+                    if seen.insert(key, value) == Some(value) { Vec::new() } else { vec![Ok(obj)] }
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => Vec::new(),
+            }
+        })
+        .flat_map(futures::stream::iter)
+}
+
+/// Metadata hash for kinds where only metadata matters.
+pub fn hash_meta<K: Resource>(obj: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    meta_hash(obj.meta(), &mut h);
+    h.finish()
+}
+
+/// Deployments: metadata plus the rollout figures the status reports.
+pub fn hash_deployment(d: &Deployment) -> u64 {
+    let mut h = DefaultHasher::new();
+    meta_hash(&d.metadata, &mut h);
+    if let Some(s) = &d.status {
+        (s.observed_generation, s.available_replicas, s.updated_replicas, s.replicas).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Routes: metadata plus the hosts routers admitted.
+pub fn hash_route(r: &Route) -> u64 {
+    let mut h = DefaultHasher::new();
+    meta_hash(&r.metadata, &mut h);
+    crate::render::route::admitted_host(r).hash(&mut h);
+    h.finish()
+}
+
+/// Ingresses: metadata plus the published address.
+pub fn hash_ingress(i: &Ingress) -> u64 {
+    let mut h = DefaultHasher::new();
+    meta_hash(&i.metadata, &mut h);
+    crate::render::ingress::published(i).hash(&mut h);
+    h.finish()
+}
+
+/// The API of a namespaced kind, in one namespace or all.
+pub fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A reflector fed by a watch, and its event stream (to drive, or to filter
+/// into controller triggers).
+pub fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (Store<K>, impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    (reader, reflector::reflector(writer, watcher(api, config).default_backoff()))
+}
+
+/// A reflector of metadata only (smaller, and enough for existence and drift).
+pub fn reflect_meta<K>(api: Api<Meta<K>>, config: watcher::Config) -> (Store<Meta<K>>, impl EventStream<Meta<K>>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    reflect(api, config)
+}
+
+/// A watch's event stream.
+pub trait EventStream<K>: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {}
+impl<K, S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static> EventStream<K> for S {}
+
+/// Keeps a store current without waking any reconcile.
+pub fn drive<K: Send + 'static>(stream: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
+    tokio::spawn(stream.for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "watch error (retried)");
+        }
+    }));
+}
+
+/// Starts every watch: kinds the instances own feed `controller` (filtered
+/// by [`relevant`]); the rest only keep their store current.
+pub fn start<K>(
+    client: &Client,
+    platform: crate::platform::Platform,
+    operator_namespace: &str,
+    scope: Option<&str>,
+    controller: kube::runtime::Controller<K>,
+) -> (Stores, kube::runtime::Controller<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let owned = || watcher::Config::default().labels(PART_OF_SELECTOR);
+    let any = watcher::Config::default;
+    let namespace_config = match scope {
+        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+        None => watcher::Config::default(),
+    };
+    let (namespaces, s) = reflect_meta(Api::<Meta<Namespace>>::all(client.clone()), namespace_config);
+    drive(s);
+    let (pvcs, s) = reflect_meta(scoped_api::<Meta<PersistentVolumeClaim>>(client, scope), owned());
+    drive(s);
+    let (cluster_role_bindings, s) = reflect(Api::<ClusterRoleBinding>::all(client.clone()), owned());
+    drive(s);
+    let records_api = Api::<Meta<Secret>>::namespaced(client.clone(), operator_namespace);
+    let (records, s) = reflect_meta(records_api, watcher::Config::default().labels("owner=helm"));
+    drive(s);
+    let sccs = platform.sccs.then(|| {
+        let (store, s) = reflect_meta(Api::<Meta<SecurityContextConstraints>>::all(client.clone()), any());
+        drive(s);
+        store
+    });
+    let ingress_classes = (!platform.routes).then(|| {
+        let (store, s) = reflect_meta(Api::<Meta<IngressClass>>::all(client.clone()), any());
+        drive(s);
+        store
+    });
+    // Deployments keep only what the reconcile reads (metadata and status).
+    let (deployments, s) = {
+        let (reader, writer) = reflector::store();
+        let events = watcher(scoped_api::<Deployment>(client, scope), owned()).default_backoff().modify(|d| {
+            d.spec = Default::default();
+        });
+        (reader, reflector::reflector(writer, events))
+    };
+    let mut c = controller.owns_stream(relevant(s, hash_deployment));
+    let (services, s) = reflect(scoped_api::<Service>(client, scope), any());
+    c = c.owns_stream(relevant(s, hash_meta));
+    let (service_accounts, s) = reflect_meta(scoped_api::<Meta<ServiceAccount>>(client, scope), owned());
+    c = c.owns_stream(relevant(s, hash_meta));
+    let (config_maps, s) = reflect_meta(scoped_api::<Meta<ConfigMap>>(client, scope), owned());
+    c = c.owns_stream(relevant(s, hash_meta));
+    let (network_policies, s) = reflect_meta(scoped_api::<Meta<NetworkPolicy>>(client, scope), owned());
+    c = c.owns_stream(relevant(s, hash_meta));
+    let (roles, s) = reflect_meta(scoped_api::<Meta<Role>>(client, scope), owned());
+    c = c.owns_stream(relevant(s, hash_meta));
+    let (role_bindings, s) = reflect_meta(scoped_api::<Meta<RoleBinding>>(client, scope), owned());
+    c = c.owns_stream(relevant(s, hash_meta));
+    let (routes, ingresses) = if platform.routes {
+        let (store, s) = reflect(scoped_api::<Route>(client, scope), owned());
+        c = c.owns_stream(relevant(s, hash_route));
+        (Some(store), None)
+    } else {
+        let (store, s) = reflect(scoped_api::<Ingress>(client, scope), owned());
+        c = c.owns_stream(relevant(s, hash_ingress));
+        (None, Some(store))
+    };
+    let stores = Stores {
+        namespaces,
+        sccs,
+        deployments,
+        services,
+        service_accounts,
+        config_maps,
+        network_policies,
+        roles,
+        role_bindings,
+        pvcs,
+        cluster_role_bindings,
+        records,
+        routes,
+        ingresses,
+        ingress_classes,
+        scope: scope.map(str::to_string),
+    };
+    (stores, c)
+}
+
+/// Empty stores that never fill (for tests of the stages after observe).
+pub fn empty(platform: crate::platform::Platform) -> Stores {
+    fn s<K: Resource<DynamicType = ()> + Clone + 'static>() -> Store<K> {
+        reflector::store().0
+    }
+    Stores {
+        namespaces: s(),
+        sccs: platform.sccs.then(s),
+        deployments: s(),
+        services: s(),
+        service_accounts: s(),
+        config_maps: s(),
+        network_policies: s(),
+        roles: s(),
+        role_bindings: s(),
+        pvcs: s(),
+        cluster_role_bindings: s(),
+        records: s(),
+        routes: platform.routes.then(s),
+        ingresses: (!platform.routes).then(s),
+        ingress_classes: (!platform.routes).then(s),
+        scope: None,
+    }
+}

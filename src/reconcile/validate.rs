@@ -1,0 +1,299 @@
+//! Stage 2 (pure): is the instance allowed to run, given what the cluster
+//! holds? Decides once what later stages use: the SCC tier, the approved
+//! cluster role and discovery namespaces, the Secrets the pods mount.
+
+use k8s_openapi::ByteString;
+
+use crate::api::TinycodeInstance;
+use crate::platform::scc::SccTier;
+use crate::platform::{self, Platform};
+use crate::reconcile::conditions::{self, Desired};
+use crate::reconcile::kubeconfig::kubeconfig_warnings;
+use crate::reconcile::observe::{KubeconfigFacts, Observed, SecretFacts, approved_discovery};
+use crate::reconcile::reason::Blocked;
+use crate::reconcile::{approval, rules};
+use crate::render::naming;
+use crate::settings::Settings;
+
+/// The key the tinycode server reads its password from.
+pub const PASSWORD_KEY: &str = "TINYCODE_SERVER_PASSWORD";
+
+/// An instance cleared to run, with everything decided about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidInstance {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub tier: SccTier,
+    pub cluster_role: Option<String>,
+    pub discovery_namespaces: Vec<String>,
+    /// The password Secret to create (generated mode, first time): name and password.
+    pub generate_password: Option<(String, String)>,
+    /// Digests of the Secrets the pods mount, so a rotated Secret rolls them.
+    pub mounted: Vec<String>,
+    /// Cluster-admin mode: the kubeconfig copy to keep (key, content) and ClusterAdminReady.
+    pub kubeconfig_copy: Option<(String, ByteString)>,
+    pub cluster_admin_condition: Option<Desired>,
+    pub warnings: Vec<String>,
+}
+
+/// Why the instance may not run, and what must be withdrawn first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: Blocked,
+    pub message: String,
+    pub withdraw: Vec<Withdraw>,
+}
+
+/// Something granted earlier whose approval is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdraw {
+    ClusterRoleBinding,
+    KubeconfigCopy,
+}
+
+fn blocked(reason: Blocked, message: impl Into<String>) -> Invalid {
+    Invalid { reason, message: message.into(), withdraw: Vec::new() }
+}
+
+/// Checks `inst` (whose spec passed [`rules::validate`] with `warnings`) against the cluster.
+pub fn validate(
+    observed: &Observed,
+    inst: &TinycodeInstance,
+    settings: &Settings,
+    warnings: Vec<String>,
+) -> Result<ValidInstance, Invalid> {
+    let name = inst.metadata.name.clone().unwrap_or_default();
+    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+    let spec = &inst.spec;
+    let labels = observed.namespace_labels.clone().unwrap_or_default();
+    if let Some((key, value)) = &settings.required_namespace_label
+        && labels.get(key) != Some(value)
+    {
+        return Err(blocked(
+            Blocked::NamespaceNotEnabled,
+            format!(
+                "namespace {ns} has not opted in to tinycode; a cluster-admin enables it with `oc label namespace {ns} {key}={value}`"
+            ),
+        ));
+    }
+    if !observed.missing_rules.is_empty() {
+        let message = crate::platform::prepare::not_prepared_message(
+            &ns,
+            &observed.missing_rules,
+            &settings.operator_namespace,
+            &settings.operator_service_account,
+        );
+        return Err(blocked(Blocked::NamespaceNotPrepared, message));
+    }
+    let tier = SccTier::select(spec);
+    check_tier(observed, settings.platform, &ns, tier, &labels)?;
+    let cluster_role = approval::cluster_role(&ns, &spec.cluster_admin, &labels, &settings.allowed_cluster_roles)
+        .map_err(|message| Invalid {
+            reason: Blocked::ClusterRoleNotApproved,
+            message,
+            withdraw: vec![Withdraw::ClusterRoleBinding],
+        })?;
+    let requested: Vec<String> = spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()).collect();
+    let discovery_namespaces = approved_discovery(&ns, spec, &observed.discovery_labelled);
+    let mut warnings = warnings;
+    if requested.iter().any(|n| *n != ns) {
+        warnings.extend(approval::discovery_namespaces(&requested, &ns, &observed.discovery_labelled).1);
+    }
+    let mut mounted = Vec::new();
+    let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
+    git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
+    let (kubeconfig_copy, cluster_admin_condition) = match &observed.kubeconfig {
+        Some(facts) if spec.cluster_admin.enabled => {
+            let (copy, condition) = kubeconfig(facts, inst, &ns, &mut mounted)?;
+            (copy, Some(condition))
+        }
+        _ => (None, None),
+    };
+    if !settings.platform.routes {
+        warnings.extend(crate::render::ingress::warnings(spec));
+    }
+    Ok(ValidInstance {
+        uid: inst.metadata.uid.clone().unwrap_or_default(),
+        name,
+        namespace: ns,
+        tier,
+        cluster_role,
+        discovery_namespaces,
+        generate_password,
+        mounted,
+        kubeconfig_copy,
+        cluster_admin_condition,
+        warnings,
+    })
+}
+
+fn check_tier(
+    observed: &Observed,
+    platform: Platform,
+    ns: &str,
+    tier: SccTier,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Invalid> {
+    tier.check_approval(ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
+    if !platform.sccs {
+        return platform::check_pod_security(ns, tier, labels).map_err(|m| blocked(Blocked::PodSecurityNotAllowed, m));
+    }
+    if !observed.installed_sccs.contains(&tier.scc_name()) {
+        return Err(blocked(
+            Blocked::SccMissing,
+            format!(
+                "SecurityContextConstraints {} is not installed; a cluster-admin installs it with `make install` (config/scc)",
+                tier.scc_name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The password Secret: the one named, or the generated one (created when missing).
+fn password(
+    observed: &Observed,
+    inst: &TinycodeInstance,
+    name: &str,
+    ns: &str,
+    mounted: &mut Vec<String>,
+) -> Result<Option<(String, String)>, Invalid> {
+    let named = inst.spec.auth.password_secret.clone().filter(|p| !p.is_empty());
+    match (&named, &observed.password) {
+        (None, SecretFacts::Missing) => {
+            let secret = naming::generated_password(name);
+            let Some(password) = observed.fresh_password.clone() else {
+                return Err(blocked(Blocked::PasswordGenerationFailed, "no random password was drawn"));
+            };
+            let data = [(PASSWORD_KEY, password.as_bytes())];
+            mounted.push(crate::reconcile::observe::content_digest(&secret, data.into_iter()));
+            Ok(Some((secret, password)))
+        }
+        (None, SecretFacts::Present { keys, digest }) => {
+            if !keys.iter().any(|k| k == PASSWORD_KEY) {
+                let secret = naming::generated_password(name);
+                return Err(blocked(
+                    Blocked::PasswordSecretInvalid,
+                    format!(
+                        "Secret {secret} in {ns} has no key {PASSWORD_KEY}; delete it (`oc delete secret {secret} -n {ns}`) and the operator generates a new password"
+                    ),
+                ));
+            }
+            mounted.push(digest.clone());
+            Ok(None)
+        }
+        (Some(pw), SecretFacts::Missing) => Err(blocked(
+            Blocked::PasswordSecretMissing,
+            format!(
+                "spec.auth.passwordSecret names Secret {pw}, which does not exist in {ns}; create it with `oc create secret generic {pw} --from-literal={PASSWORD_KEY}=<password> -n {ns}`"
+            ),
+        )),
+        (Some(pw), SecretFacts::Present { keys, digest }) => {
+            if !keys.iter().any(|k| k == PASSWORD_KEY) {
+                return Err(blocked(
+                    Blocked::PasswordSecretInvalid,
+                    format!(
+                        "Secret {pw} in {ns} has no key {PASSWORD_KEY}; re-create it with `oc create secret generic {pw} --from-literal={PASSWORD_KEY}=<password> -n {ns}`"
+                    ),
+                ));
+            }
+            mounted.push(digest.clone());
+            Ok(None)
+        }
+    }
+}
+
+fn git_credentials(
+    observed: &Observed,
+    inst: &TinycodeInstance,
+    ns: &str,
+    mounted: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Result<(), Invalid> {
+    let Some(cred) = inst.spec.git.as_ref().and_then(|g| g.credentials_secret.as_deref()) else { return Ok(()) };
+    match &observed.git_credentials {
+        None | Some(SecretFacts::Missing) => Err(blocked(
+            Blocked::GitCredentialsMissing,
+            format!(
+                "spec.git.credentialsSecret names Secret {cred}, which does not exist in {ns}; create it with keys username and password (HTTPS) or ssh-privatekey (SSH)"
+            ),
+        )),
+        Some(SecretFacts::Present { keys, digest }) => {
+            mounted.push(digest.clone());
+            let has = |k: &str| keys.iter().any(|x| x == k);
+            if !(has("ssh-privatekey") || (has("username") && has("password"))) {
+                warnings.push(format!(
+                    "Secret {cred} has neither username+password nor ssh-privatekey; the clone will run without credentials"
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The kubeconfig of cluster-admin mode. From another namespace it is used
+/// only when that namespace's owner shares it with this one (else the copy
+/// made earlier goes, and the message does not say whether the Secret exists).
+fn kubeconfig(
+    facts: &KubeconfigFacts,
+    inst: &TinycodeInstance,
+    ns: &str,
+    mounted: &mut Vec<String>,
+) -> Result<(Option<(String, ByteString)>, Desired), Invalid> {
+    let ca = &inst.spec.cluster_admin;
+    let secret_name = ca.kubeconfig_secret_name.clone().unwrap_or_default();
+    let key = &ca.kubeconfig_secret_key;
+    let source_ns = &facts.source_namespace;
+    let cross_namespace = source_ns != ns;
+    if cross_namespace {
+        let shared =
+            facts.source.as_ref().is_some_and(|s| approval::kubeconfig_shared(s.metadata.annotations.as_ref(), ns));
+        if !shared {
+            return Err(Invalid {
+                reason: Blocked::KubeconfigNotShared,
+                message: approval::kubeconfig_not_shared_message(&secret_name, source_ns, ns),
+                withdraw: vec![Withdraw::KubeconfigCopy],
+            });
+        }
+    }
+    let Some(secret) = &facts.source else {
+        return Err(blocked(
+            Blocked::KubeconfigSecretMissing,
+            format!(
+                "spec.clusterAdmin.kubeconfigSecretName names Secret {secret_name}, which does not exist in {source_ns}; create it with `oc create secret generic {secret_name} --from-file={key}=<kubeconfig> -n {source_ns}`"
+            ),
+        ));
+    };
+    mounted.push(crate::reconcile::observe::secret_digest(secret));
+    let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(key)) else {
+        return Err(blocked(
+            Blocked::KubeconfigKeyMissing,
+            format!(
+                "Secret {secret_name} in {source_ns} has no key {key}; set spec.clusterAdmin.kubeconfigSecretKey to the key that holds the kubeconfig"
+            ),
+        ));
+    };
+    let warnings = kubeconfig_warnings(&String::from_utf8_lossy(&bytes.0)).map_err(|problem| {
+        blocked(
+            Blocked::KubeconfigInvalid,
+            format!("Secret {secret_name} key {key} in {source_ns}: {problem}; store a working kubeconfig there"),
+        )
+    })?;
+    let from = format!("kubeconfig from Secret {source_ns}/{secret_name} is mounted");
+    let condition = if warnings.is_empty() {
+        Desired::new(conditions::CLUSTER_ADMIN_READY, true, "KubeconfigReady", from)
+    } else {
+        let message = format!("{from}; warning: {}", warnings.join("; warning: "));
+        Desired::new(conditions::CLUSTER_ADMIN_READY, true, "KubeconfigWarnings", message)
+    };
+    let copy = cross_namespace.then(|| (key.clone(), bytes.clone()));
+    Ok((copy, condition))
+}
+
+/// Spec rules first (pure, no cluster): the warnings they give, or why the spec is invalid.
+pub fn spec_rules(inst: &TinycodeInstance, settings: &Settings) -> Result<Vec<String>, rules::InvalidSpec> {
+    let name = inst.metadata.name.clone().unwrap_or_default();
+    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+    rules::validate(&name, &ns, &inst.spec, settings)
+}
