@@ -15,10 +15,8 @@ use serde_json::json;
 use crate::api::TinycodeInstance;
 use crate::helm::Helm;
 use crate::platform::openshift;
-use crate::platform::scc::{ALL_TIERS, SccTier};
-use crate::reconcile::rules as validation;
-use crate::render::values::InstanceRef;
-use crate::render::{config, naming, values};
+use crate::platform::scc::ALL_TIERS;
+use crate::render::values;
 use crate::settings::Settings;
 
 #[derive(Parser, Debug)]
@@ -315,66 +313,54 @@ fn values_cmd(file: &PathBuf, namespace: Option<String>, offline: bool, settings
             return ExitCode::from(2);
         }
     };
-    let name = inst.metadata.name.clone().unwrap_or_default();
     let Some(ns) = inst.metadata.namespace.clone().or(namespace) else {
         eprintln!("error: metadata.namespace is unset; set it in the file or pass -n NAMESPACE");
         return ExitCode::from(2);
     };
-    let warnings = match validation::validate(&name, &ns, &inst.spec, settings) {
+    let mut inst = inst;
+    inst.metadata.namespace = Some(ns.clone());
+    let warnings = match crate::reconcile::validate::spec_rules(&inst, settings) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("invalid spec: {e}");
             return ExitCode::from(1);
         }
     };
-    let tier = SccTier::select(&inst.spec);
-    let mut warnings = warnings;
-    let served = if offline {
-        Default::default()
+    // The controller's own stages, on what can be known without a cluster.
+    let providers = if offline {
+        Vec::new()
     } else {
         let targets: Vec<(String, String)> =
             inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let reports = runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets));
-        for c in crate::vllm::conditions(&inst.spec, &reports, &[]) {
-            if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status
-                || c.type_ == crate::reconcile::conditions::VLLM_CONFIG_READY && !c.status
-            {
-                warnings.push(c.message);
-            }
-        }
-        crate::vllm::served_by_name(&reports)
+        runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets))
     };
-    let config_json = config::generate(&inst.spec, &served);
-    let uid = inst.metadata.uid.clone().unwrap_or_default();
-    // Without the cluster nothing is approved: say what would need approval.
-    if let Some(role) = inst.spec.cluster_admin.cluster_role.as_deref() {
-        warnings.push(format!(
-            "ClusterRole {role} is bound only when it is in --allowed-cluster-roles and namespace {ns} carries the label {}={role}",
-            crate::reconcile::approval::ALLOW_CLUSTER_ROLE_LABEL
-        ));
+    let observed = crate::reconcile::observe::Observed::assumed(providers);
+    let valid = match crate::reconcile::validate::validate(&observed, &inst, settings, warnings) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            return ExitCode::from(1);
+        }
+    };
+    let plan = crate::reconcile::plan::plan(&valid, &observed, &inst, settings);
+    let mut warnings = valid.warnings.clone();
+    for c in plan.conditions.iter().filter(|_| !offline) {
+        if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status
+            || c.type_ == crate::reconcile::conditions::VLLM_CONFIG_READY && !c.status
+        {
+            warnings.push(c.message.clone());
+        }
     }
-    if inst.spec.discovery.as_ref().is_some_and(|d| d.namespaces.iter().any(|n| *n != ns)) {
-        warnings.push(format!(
-            "other discovery namespaces are searched only when they carry the label {}=true",
-            crate::reconcile::approval::DISCOVERY_LABEL
-        ));
-    }
-    let v = values::build(
-        &InstanceRef { name: &name, namespace: &ns, uid: &uid },
-        &inst.spec,
-        settings,
-        &values::Approved::default(),
-        config_json,
-    );
+    warnings.extend(valid.pending_approvals.iter().cloned());
     let generated = inst.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
     let out = json!({
-        "release": naming::release_name(&ns, &name),
+        "release": plan.release_name,
         "releaseNamespace": settings.operator_namespace,
         "namespace": ns,
-        "scc": tier.scc_name(),
-        "password": {"secret": v.auth.password_secret, "key": "TINYCODE_SERVER_PASSWORD", "generated": generated},
-        "values": v,
+        "scc": plan.tier.scc_name(),
+        "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::validate::PASSWORD_KEY, "generated": generated},
+        "values": plan.values,
         "warnings": warnings,
     });
     println!("{}", serde_json::to_string_pretty(&out).expect("json"));

@@ -178,3 +178,7 @@ pub async fn await_caches(ctx: &Context, release_name: &str, revision: i64) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[cfg(test)]
+#[path = "execute_tests.rs"]
+mod tests;

@@ -61,6 +61,27 @@ pub struct Observed {
     /// Probes of the configured providers and of discovered Services.
     pub providers: Vec<Report>,
     pub discovered: Vec<Report>,
+    /// Without a cluster (`tinycode-operator values`): the namespace gates
+    /// are not checked and nothing is approved.
+    pub offline: bool,
+}
+
+impl Observed {
+    /// What `tinycode-operator values` assumes without a cluster: the named
+    /// Secrets exist (content unknown), nothing is approved, nothing applied.
+    pub fn assumed(providers: Vec<Report>) -> Observed {
+        let present = |keys: &[&str]| SecretFacts::Present {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            digest: String::new(),
+        };
+        Observed {
+            password: present(&[crate::reconcile::validate::PASSWORD_KEY]),
+            git_credentials: Some(present(&["ssh-privatekey"])),
+            providers,
+            offline: true,
+            ..Default::default()
+        }
+    }
 }
 
 /// A Secret the instance names: its keys and a digest of its content (never the values).
@@ -179,6 +200,7 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
         default_ingress_class,
         providers,
         discovered,
+        offline: false,
     })
 }
 

@@ -325,3 +325,7 @@ pub fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {
 pub fn reconcile_request(inst: &TinycodeInstance) -> Option<String> {
     inst.metadata.annotations.as_ref().and_then(|a| a.get(conditions::RECONCILE_REQUEST_ANNOTATION)).cloned()
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+pub(crate) mod tests;

@@ -151,3 +151,115 @@ pub fn terminating(inst: &TinycodeInstance, now: &str) -> TinycodeInstanceStatus
     );
     st
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+
+    use super::*;
+    use crate::platform::openshift::{RouteIngress, RouteIngressCondition, RouteStatus};
+    use crate::reconcile::plan::tests::{instance, observed, plan_for};
+    use crate::reconcile::reason::Blocked;
+
+    fn deployment(available: i32, current: bool) -> Deployment {
+        let mut d = Deployment::default();
+        d.metadata.generation = Some(2);
+        d.status = Some(DeploymentStatus {
+            observed_generation: Some(if current { 2 } else { 1 }),
+            available_replicas: Some(available),
+            updated_replicas: Some(available),
+            ..Default::default()
+        });
+        d
+    }
+
+    fn admitted_route(plan: &Plan) -> Arc<crate::platform::openshift::Route> {
+        let Exposure::Route { apply: Some(mut route), .. } = plan.exposure.clone() else { panic!("route") };
+        route.status = Some(RouteStatus {
+            ingress: vec![RouteIngress {
+                host: Some("dev.apps.example.com".into()),
+                conditions: vec![RouteIngressCondition {
+                    type_: "Admitted".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        });
+        Arc::new(route)
+    }
+
+    #[test]
+    fn phase_from_the_rollout_and_the_route() {
+        let inst = instance(serde_json::json!({}));
+        let plan = plan_for(&inst, &observed());
+        let outcome = Outcome { revision: 3, route: Some(admitted_route(&plan)), ingress: None };
+        let cases = [
+            ("available", Some(deployment(1, true)), Phase::Running, Some("https://dev.apps.example.com")),
+            ("rolling out", Some(deployment(1, false)), Phase::Deploying, Some("https://dev.apps.example.com")),
+            ("no pods yet", Some(deployment(0, true)), Phase::Deploying, Some("https://dev.apps.example.com")),
+            ("no Deployment", None, Phase::Deploying, Some("https://dev.apps.example.com")),
+        ];
+        for (case, d, phase, url) in cases {
+            let st = applied(&inst, &plan, &outcome, d.as_ref(), "2026-12-02T00:00:00Z");
+            assert_eq!(st.phase, Some(phase), "{case}");
+            assert_eq!(
+                st.url.as_deref(),
+                url.map(|u| u.replace("https", if plan_tls(&plan) { "https" } else { "http" })).as_deref(),
+                "{case}"
+            );
+            assert_eq!(st.helm_revision, Some(3), "{case}");
+            assert_eq!(st.scc.as_deref(), Some(plan.tier.scc_name().as_str()));
+            let ready = st.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap();
+            assert_eq!(ready.status == "True", phase == Phase::Running, "{case}");
+        }
+    }
+
+    fn plan_tls(plan: &Plan) -> bool {
+        matches!(&plan.exposure, Exposure::Route { apply: Some(r), .. } if r.spec.tls.is_some())
+    }
+
+    #[test]
+    fn an_unchanged_instance_gets_the_same_status_so_nothing_is_written() {
+        let mut inst = instance(serde_json::json!({}));
+        let plan = plan_for(&inst, &observed());
+        let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
+        let first = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), "2026-12-02T00:00:00Z");
+        inst.status = Some(first.clone());
+        let later = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), "2026-12-02T01:00:00Z");
+        assert_eq!(later, first, "transition times are kept");
+    }
+
+    #[test]
+    fn failures_name_their_condition() {
+        let inst = instance(serde_json::json!({}));
+        let err = Error::blocked(Blocked::KubeconfigNotShared, "not shared");
+        let st = failed(&inst, &err, "not shared", "2026-12-02T00:00:00Z");
+        assert_eq!(st.phase, Some(Phase::Failed));
+        let find = |t: &str| st.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+        assert_eq!(
+            (find(conditions::READY).status.as_str(), find(conditions::READY).reason.as_str()),
+            ("False", "KubeconfigNotShared")
+        );
+        assert_eq!(find(conditions::CLUSTER_ADMIN_READY).status, "False");
+        assert_eq!(find(conditions::STALLED).status, "False", "blocked: the operator keeps checking");
+        let missing = failed(&inst, &Error::blocked(Blocked::SccMissing, "x"), "x", "t");
+        assert!(missing.conditions.iter().all(|c| c.type_ != conditions::CLUSTER_ADMIN_READY));
+    }
+
+    #[test]
+    fn suspended_and_terminating_keep_the_rest() {
+        let mut inst = instance(serde_json::json!({}));
+        inst.status = Some(TinycodeInstanceStatus {
+            url: Some("https://x".into()),
+            helm_revision: Some(4),
+            ..Default::default()
+        });
+        let s = suspended(&inst, "t");
+        assert_eq!((s.phase, s.url.as_deref(), s.helm_revision), (Some(Phase::Suspended), Some("https://x"), Some(4)));
+        let t = terminating(&inst, "t");
+        assert_eq!((t.phase, t.url.as_deref()), (Some(Phase::Terminating), Some("https://x")));
+    }
+}

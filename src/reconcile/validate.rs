@@ -35,6 +35,8 @@ pub struct ValidInstance {
     pub kubeconfig_copy: Option<(String, ByteString)>,
     pub cluster_admin_condition: Option<Desired>,
     pub warnings: Vec<String>,
+    /// Offline only: what would need a cluster-admin's approval.
+    pub pending_approvals: Vec<String>,
 }
 
 /// Why the instance may not run, and what must be withdrawn first.
@@ -66,28 +68,29 @@ pub fn validate(
     let name = inst.metadata.name.clone().unwrap_or_default();
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     let spec = &inst.spec;
-    let labels = observed.namespace_labels.clone().unwrap_or_default();
-    if let Some((key, value)) = &settings.required_namespace_label
-        && labels.get(key) != Some(value)
-    {
-        return Err(blocked(
-            Blocked::NamespaceNotEnabled,
-            format!(
-                "namespace {ns} has not opted in to tinycode; a cluster-admin enables it with `oc label namespace {ns} {key}={value}`"
-            ),
-        ));
-    }
-    if !observed.missing_rules.is_empty() {
-        let message = crate::platform::prepare::not_prepared_message(
-            &ns,
-            &observed.missing_rules,
-            &settings.operator_namespace,
-            &settings.operator_service_account,
-        );
-        return Err(blocked(Blocked::NamespaceNotPrepared, message));
-    }
     let tier = SccTier::select(spec);
-    check_tier(observed, settings.platform, &ns, tier, &labels)?;
+    if observed.offline {
+        let mut mounted = Vec::new();
+        let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
+        let mut warnings = warnings;
+        git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
+        return Ok(ValidInstance {
+            uid: inst.metadata.uid.clone().unwrap_or_default(),
+            pending_approvals: pending_approvals(inst, &ns),
+            name,
+            namespace: ns,
+            tier,
+            cluster_role: None,
+            discovery_namespaces: Vec::new(),
+            generate_password,
+            mounted,
+            kubeconfig_copy: None,
+            cluster_admin_condition: None,
+            warnings,
+        });
+    }
+    let labels = observed.namespace_labels.clone().unwrap_or_default();
+    namespace_gates(observed, settings, &ns, tier, &labels)?;
     let cluster_role = approval::cluster_role(&ns, &spec.cluster_admin, &labels, &settings.allowed_cluster_roles)
         .map_err(|message| Invalid {
             reason: Blocked::ClusterRoleNotApproved,
@@ -125,7 +128,57 @@ pub fn validate(
         kubeconfig_copy,
         cluster_admin_condition,
         warnings,
+        pending_approvals: Vec::new(),
     })
+}
+
+/// The namespace opted in (if the operator asks for that), is prepared, and
+/// may run the tier.
+fn namespace_gates(
+    observed: &Observed,
+    settings: &Settings,
+    ns: &str,
+    tier: SccTier,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Invalid> {
+    if let Some((key, value)) = &settings.required_namespace_label
+        && labels.get(key) != Some(value)
+    {
+        return Err(blocked(
+            Blocked::NamespaceNotEnabled,
+            format!(
+                "namespace {ns} has not opted in to tinycode; a cluster-admin enables it with `oc label namespace {ns} {key}={value}`"
+            ),
+        ));
+    }
+    if !observed.missing_rules.is_empty() {
+        let message = crate::platform::prepare::not_prepared_message(
+            ns,
+            &observed.missing_rules,
+            &settings.operator_namespace,
+            &settings.operator_service_account,
+        );
+        return Err(blocked(Blocked::NamespaceNotPrepared, message));
+    }
+    check_tier(observed, settings.platform, ns, tier, labels)
+}
+
+/// Without the cluster nothing is approved: say what would need approval.
+fn pending_approvals(inst: &TinycodeInstance, ns: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(role) = inst.spec.cluster_admin.cluster_role.as_deref() {
+        out.push(format!(
+            "ClusterRole {role} is bound only when it is in --allowed-cluster-roles and namespace {ns} carries the label {}={role}",
+            approval::ALLOW_CLUSTER_ROLE_LABEL
+        ));
+    }
+    if inst.spec.discovery.as_ref().is_some_and(|d| d.namespaces.iter().any(|n| n != ns)) {
+        out.push(format!(
+            "other discovery namespaces are searched only when they carry the label {}=true",
+            approval::DISCOVERY_LABEL
+        ));
+    }
+    out
 }
 
 fn check_tier(

@@ -1,0 +1,262 @@
+//! Table tests of the plan (pure): what is written, and when helm runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::helm::manifest;
+use crate::reconcile::observe::{Observed, ReleaseFacts, SecretFacts};
+use crate::reconcile::validate;
+
+pub(crate) fn instance(spec: serde_json::Value) -> TinycodeInstance {
+    let mut inst = TinycodeInstance::new("dev", serde_json::from_value(spec).expect("spec"));
+    inst.metadata.namespace = Some("team".into());
+    inst.metadata.uid = Some("uid-1".into());
+    inst.metadata.generation = Some(1);
+    inst
+}
+
+/// What a prepared namespace with everything in place looks like.
+pub(crate) fn observed() -> Observed {
+    Observed {
+        namespace_labels: Some(BTreeMap::new()),
+        installed_sccs: crate::platform::scc::ALL_TIERS.iter().map(|t| t.scc_name()).collect::<BTreeSet<_>>(),
+        password: SecretFacts::Present { keys: vec![validate::PASSWORD_KEY.into()], digest: "d1".into() },
+        ..Default::default()
+    }
+}
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + secs).unwrap()
+}
+
+fn managed(manager: &str, secs: i64) -> ManagedFieldsEntry {
+    ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some("Apply".into()),
+        time: Some(Time(at(secs))),
+        ..Default::default()
+    }
+}
+
+fn record(version: i64, status: &str) -> release::Record {
+    release::Record {
+        secret_name: format!("sh.helm.release.v1.r.v{version}"),
+        version,
+        status: status.into(),
+        created: Some(at(0)),
+    }
+}
+
+fn deployment(hash: &str, writers: Vec<ManagedFieldsEntry>) -> Deployment {
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(naming::fullname("dev")),
+            namespace: Some("team".into()),
+            annotations: Some(BTreeMap::from([(VALUES_HASH_ANNOTATION.into(), hash.into())])),
+            managed_fields: Some(writers),
+            generation: Some(1),
+            ..Default::default()
+        },
+        status: Some(DeploymentStatus {
+            observed_generation: Some(1),
+            available_replicas: Some(1),
+            updated_replicas: Some(1),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn plan_for(inst: &TinycodeInstance, observed: &Observed) -> Plan {
+    let settings = Settings::default();
+    let valid = validate::validate(observed, inst, &settings, Vec::new()).expect("valid");
+    plan(&valid, observed, inst, &settings)
+}
+
+fn svc(name: &str) -> manifest::ObjectRef {
+    manifest::ObjectRef {
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        namespace: "team".into(),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn helm_runs_only_when_something_changed() {
+    let inst = instance(serde_json::json!({}));
+    let hash = plan_for(&inst, &observed()).values.values_hash;
+    let deployed =
+        || ReleaseFacts { records: vec![record(1, "superseded"), record(2, "deployed")], ..Default::default() };
+    let ours = vec![managed("helm", 0)];
+    type Case<'a> = (&'a str, ReleaseFacts, Option<Deployment>, bool, Option<&'a str>);
+    let cases: Vec<Case> = vec![
+        ("nothing installed", ReleaseFacts::default(), None, false, Some("release not installed")),
+        (
+            "last run failed",
+            ReleaseFacts { records: vec![record(1, "failed")], ..Default::default() },
+            None,
+            false,
+            Some("release is failed"),
+        ),
+        (
+            "interrupted",
+            ReleaseFacts { records: vec![record(1, "deployed"), record(2, "pending-upgrade")], ..Default::default() },
+            Some(deployment(&hash, ours.clone())),
+            false,
+            Some("an interrupted helm operation left the release pending"),
+        ),
+        ("requested", deployed(), Some(deployment(&hash, ours.clone())), true, Some("reconcile requested (now)")),
+        ("Deployment gone", deployed(), None, false, Some("Deployment dev-tinycode is missing")),
+        (
+            "new values",
+            deployed(),
+            Some(deployment("old", ours.clone())),
+            false,
+            Some("values, chart or operator version changed"),
+        ),
+        (
+            "Deployment edited",
+            deployed(),
+            Some(deployment(&hash, vec![managed("helm", 0), managed("kubectl-edit", 5)])),
+            false,
+            Some("Deployment dev-tinycode was changed by kubectl-edit"),
+        ),
+        (
+            "rendered object missing",
+            ReleaseFacts { rendered: vec![(svc("dev-tinycode"), None)], ..deployed() },
+            Some(deployment(&hash, ours.clone())),
+            false,
+            Some("Service team/dev-tinycode is missing"),
+        ),
+        (
+            "rendered object edited",
+            ReleaseFacts {
+                rendered: vec![(
+                    svc("dev-tinycode"),
+                    Some(ObjectMeta { managed_fields: Some(vec![managed("kubectl-edit", 9)]), ..Default::default() }),
+                )],
+                ..deployed()
+            },
+            Some(deployment(&hash, ours.clone())),
+            false,
+            Some("Service team/dev-tinycode was changed by kubectl-edit"),
+        ),
+        ("unchanged", deployed(), Some(deployment(&hash, ours.clone())), false, None),
+    ];
+    for (case, release, deployment, requested, want) in cases {
+        let values = plan_for(&inst, &observed()).values;
+        let (run, revision) = helm_run(&release, deployment.as_ref(), &values, requested, &Some("now".into()));
+        let got = run.as_ref().map(|r| r.reason.as_str());
+        assert_eq!(got, want, "{case}");
+        assert_eq!(revision.is_some(), want.is_none(), "{case}: a revision exactly when helm does not run");
+    }
+    let legacy = ReleaseFacts { legacy: true, ..Default::default() };
+    let (run, _) = helm_run(&legacy, None, &plan_for(&inst, &observed()).values, false, &None);
+    assert!(run.is_some_and(|r| r.migrate), "a release of an earlier build is migrated");
+}
+
+#[test]
+fn applied_objects_are_not_applied_again() {
+    let inst = instance(serde_json::json!({}));
+    let first = plan_for(&inst, &observed());
+    let grant = first.grant.clone().expect("a missing grant is applied");
+    let Exposure::Route { apply: Some(route), .. } = first.exposure.clone() else {
+        panic!("a missing Route is applied")
+    };
+    let mut obs = observed();
+    let mut grant_meta = grant.metadata.clone();
+    grant_meta.managed_fields = Some(vec![managed(crate::FIELD_MANAGER, 0)]);
+    obs.grants.insert(grant.metadata.name.clone().unwrap(), grant_meta.clone());
+    let mut live_route = route.clone();
+    live_route.metadata.managed_fields = Some(vec![managed(crate::FIELD_MANAGER, 0)]);
+    obs.route = Some(Arc::new(live_route.clone()));
+    let again = plan_for(&inst, &obs);
+    assert!(again.grant.is_none(), "an unchanged grant is not applied");
+    assert!(matches!(again.exposure, Exposure::Route { apply: None, .. }), "an unchanged Route is not applied");
+
+    // Someone else edits the Route: it is applied again.
+    live_route.metadata.managed_fields = Some(vec![managed(crate::FIELD_MANAGER, 0), managed("kubectl-edit", 3)]);
+    obs.route = Some(Arc::new(live_route));
+    assert!(matches!(plan_for(&inst, &obs).exposure, Exposure::Route { apply: Some(_), .. }));
+    // A spec change changes the desired Route: applied again.
+    let changed = instance(serde_json::json!({"hostname": "dev.example.com"}));
+    obs.route = Some(Arc::new(route));
+    assert!(matches!(plan_for(&changed, &obs).exposure, Exposure::Route { apply: Some(_), .. }));
+}
+
+#[test]
+fn needs_apply_table() {
+    let stamped = |hash: &str, writers: Vec<ManagedFieldsEntry>| ObjectMeta {
+        annotations: Some(BTreeMap::from([(APPLIED_HASH_ANNOTATION.into(), hash.into())])),
+        managed_fields: Some(writers),
+        ..Default::default()
+    };
+    let ours = || managed(crate::FIELD_MANAGER, 0);
+    assert!(needs_apply(None, "h"), "missing");
+    assert!(needs_apply(Some(&stamped("other", vec![ours()])), "h"), "applied from something else");
+    assert!(!needs_apply(Some(&stamped("h", vec![ours()])), "h"), "as applied");
+    assert!(needs_apply(Some(&stamped("h", vec![ours(), managed("someone", 1)])), "h"), "written by another since");
+    assert!(needs_apply(Some(&stamped("h", vec![managed("someone", 1)])), "h"), "never written by the operator");
+}
+
+#[test]
+fn tier_changes_leave_grants_to_delete_and_role_changes_replace_the_binding() {
+    let inst = instance(
+        serde_json::json!({"clusterAdmin": {"enabled": true, "clusterRole": "view", "kubeconfigSecretName": "kc"}}),
+    );
+    let mut obs = observed();
+    obs.namespace_labels =
+        Some(BTreeMap::from([(crate::reconcile::approval::ALLOW_CLUSTER_ROLE_LABEL.into(), "view".into())]));
+    obs.kubeconfig = None;
+    obs.grants.insert(naming::scc_grant("dev", "privileged"), ObjectMeta::default());
+    obs.bound_cluster_role = Some("edit".into());
+    let settings = Settings::default();
+    let valid = validate::validate(&obs, &inst, &settings, Vec::new()).expect("valid");
+    let p = plan(&valid, &obs, &inst, &settings);
+    assert_eq!(p.stale_grants, vec![naming::scc_grant("dev", "privileged")]);
+    assert!(p.replace_cluster_role_binding, "a binding of another role is replaced");
+    obs.bound_cluster_role = Some("view".into());
+    assert!(!plan(&valid, &obs, &inst, &settings).replace_cluster_role_binding);
+}
+
+#[test]
+fn withdrawals_only_for_what_exists() {
+    let mut obs = observed();
+    let both = [Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy];
+    assert!(withdrawals(&both, &obs).is_empty(), "nothing granted, nothing to delete");
+    obs.bound_cluster_role = Some("view".into());
+    assert_eq!(withdrawals(&both, &obs), vec![Withdraw::ClusterRoleBinding]);
+}
+
+#[test]
+fn a_generated_password_is_created_once_and_digested_before_it_exists() {
+    let inst = instance(serde_json::json!({}));
+    let mut obs = observed();
+    obs.password = SecretFacts::Missing;
+    obs.fresh_password = Some("p".repeat(32));
+    let p = plan_for(&inst, &obs);
+    let secret = p.password_secret.expect("created when missing");
+    assert_eq!(secret.metadata.name.as_deref(), Some(naming::generated_password("dev").as_str()));
+    // The digest the created Secret will have is the one the values carry already.
+    let created = k8s_openapi::api::core::v1::Secret {
+        metadata: secret.metadata.clone(),
+        data: Some(BTreeMap::from([(
+            validate::PASSWORD_KEY.to_string(),
+            k8s_openapi::ByteString("p".repeat(32).into_bytes()),
+        )])),
+        ..Default::default()
+    };
+    let mut obs2 = observed();
+    obs2.password = SecretFacts::Present {
+        keys: vec![validate::PASSWORD_KEY.into()],
+        digest: crate::reconcile::observe::secret_digest(&created),
+    };
+    assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");
+    assert!(plan_for(&inst, &obs2).password_secret.is_none());
+}
