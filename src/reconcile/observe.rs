@@ -126,7 +126,22 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
         .as_ref()
         .filter(|n| n.metadata.deletion_timestamp.is_none())
         .map(|n| n.metadata.labels.clone().unwrap_or_default());
+    // A namespace that did not opt in, or is not prepared, is all validate
+    // needs to know (and its Secrets would be refused anyway).
+    let early = |missing_rules: Vec<String>| Observed {
+        namespace_labels: namespace_labels.clone(),
+        missing_rules,
+        ..Default::default()
+    };
+    if let Some((key, value)) = &ctx.settings.required_namespace_label
+        && namespace_labels.as_ref().and_then(|l| l.get(key)) != Some(value)
+    {
+        return Ok(early(Vec::new()));
+    }
     let missing_rules = prepared(ctx, &ns).await?;
+    if !missing_rules.is_empty() {
+        return Ok(early(missing_rules));
+    }
     let installed_sccs = stores.sccs.iter().flat_map(|s| s.state()).filter_map(|s| s.metadata.name.clone()).collect();
     let bound_cluster_role = stores
         .cluster_role_bindings

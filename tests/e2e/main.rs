@@ -6,6 +6,7 @@
 mod harness;
 mod kubernetes;
 mod lifecycle;
+mod requests;
 #[path = "../support/vllm_standin.rs"]
 mod standin;
 mod tenancy;
@@ -24,6 +25,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use kubernetes::*;
 use lifecycle::*;
+use requests::*;
 use serde_json::{Value, json};
 use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
@@ -50,6 +52,7 @@ fn main() {
     let all = scenarios![
         admission_rejects_invalid_instances,
         basic_instance_converges,
+        converged_instances_cost_no_requests,
         spec_change_makes_one_revision_and_resync_none,
         deleted_or_edited_children_are_repaired,
         unprepared_namespace_fails_then_recovers,

@@ -1,0 +1,202 @@
+//! The `tinycode.dev/v1alpha1` `TinycodeInstance` API.
+//!
+//! The CRD YAML is generated from these types (`tinycode-operator crd`), so every
+//! rule the apiserver can check lives here: patterns, enums and bounds as schema
+//! keywords, cross-field rules as CEL `x-kubernetes-validations` whose messages
+//! name the field and the fix. The reconcile re-checks the same rules in
+//! [`crate::reconcile::rules`] for objects admitted before a CRD upgrade.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+mod parts;
+mod status;
+
+pub use parts::*;
+pub use status::*;
+
+/// API group of the CRD.
+pub const GROUP: &str = "tinycode.dev";
+/// API version of the CRD.
+pub const VERSION: &str = "v1alpha1";
+/// Finalizer that guards helm uninstall and grant removal.
+pub const FINALIZER: &str = "tinycode.dev/finalizer";
+
+pub const DEFAULT_IMAGE: &str = "quay.io/bjohns/tinycode-container:latest";
+
+/// Image reference syntax: registry host (with optional port), at least one path
+/// component, optional tag and digest. Registry allow-listing happens at
+/// reconcile time because the list is the cluster-admin's operator setting.
+pub const IMAGE_PATTERN: &str = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$";
+pub const GIT_URL_PATTERN: &str = r"^(https?|ssh|git)://[A-Za-z0-9_./@:~%+=-]+$";
+pub const GIT_BRANCH_PATTERN: &str = r"^[A-Za-z0-9_./-]+$";
+pub const VLLM_NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9-]*$";
+pub const HTTP_URL_PATTERN: &str = r"^https?://";
+/// User-info in a URL (`scheme://user[:password]@host`). The scp-like git
+/// form `git@host:org/repo.git` has no `://` and does not match.
+pub const URL_USERINFO_PATTERN: &str = "^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@";
+/// User-info in an http(s):// or git:// git URL: a token or user:password.
+pub const GIT_USERINFO_PATTERN: &str = "^(https?|git)://[^/?#]*@";
+/// A password in an ssh:// git URL; a bare user name (`ssh://git@host/..`)
+/// is not a secret and stays allowed (the key comes from the credentials Secret).
+pub const SSH_PASSWORD_PATTERN: &str = "^ssh://[^/?#]*:[^/?#]*@";
+/// CEL rule for model-server URLs: no user-info, query or fragment. Holds
+/// [`URL_USERINFO_PATTERN`] literally (a unit test checks).
+pub const HTTP_URL_HYGIENE_RULE: &str =
+    "!self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@') && !self.contains('?') && !self.contains('#')";
+/// CEL rule for spec.git.url: no credentials, query or fragment. Holds
+/// [`GIT_USERINFO_PATTERN`] and [`SSH_PASSWORD_PATTERN`] literally.
+pub const GIT_URL_HYGIENE_RULE: &str = "!self.matches('^(https?|git)://[^/?#]*@') && !self.matches('^ssh://[^/?#]*:[^/?#]*@') && !self.contains('?') && !self.contains('#')";
+pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
+/// Longest instance name: a DNS label, as the instance name is a label value
+/// (`app.kubernetes.io/instance`). Names derived from it that would pass their
+/// own limits are shortened with a digest (see [`crate::render::naming::fit`]).
+pub const MAX_NAME_LEN: usize = 63;
+
+/// A tinycode AI coding assistant instance: one Helm release, one Route, one SCC grant.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "tinycode.dev",
+    version = "v1alpha1",
+    kind = "TinycodeInstance",
+    plural = "tinycodeinstances",
+    singular = "tinycodeinstance",
+    shortname = "tinycode",
+    shortname = "tc",
+    namespaced,
+    status = "TinycodeInstanceStatus",
+    doc = "A tinycode AI coding assistant instance managed by tinycode-operator",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "URL", type_ = "string", json_path = ".status.url"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63")
+        .message("metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at most 63 characters (it is a label value; the names derived from it are shortened to fit)")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!(has(self.git) && has(self.git.url) && has(self.storage) && has(self.storage.hostPath))")
+        .message("spec.git.url and spec.storage.hostPath are mutually exclusive: a git workspace is cloned into the projects volume that a hostPath would replace; remove one of them"),
+    validation = Rule::new("!(has(self.shell) && self.shell.enabled && has(self.storage) && has(self.storage.hostPath))")
+        .message("spec.shell.enabled cannot be combined with spec.storage.hostPath: no SCC tier allows both hostPID and hostPath; use a PVC workspace or disable the shell"),
+    validation = Rule::new("self.replicas <= 1 || (has(self.storage) && (self.storage.projectsAccessMode == 'ReadWriteMany' || has(self.storage.hostPath)))")
+        .message("spec.replicas > 1 needs a shared workspace: set spec.storage.projectsAccessMode to ReadWriteMany or use spec.storage.hostPath"),
+    validation = Rule::new("!has(self.vllm) || self.vllm.all(p, self.vllm.exists_one(q, q.name == p.name))")
+        .message("spec.vllm[].name must be unique: give each vLLM provider its own name"),
+    validation = Rule::new("!(has(self.ollama) && self.ollama.enabled && has(self.ollama.host))")
+        .message("spec.ollama.host points at an external Ollama and spec.ollama.enabled deploys one: set only one of them"),
+)]
+pub struct TinycodeInstanceSpec {
+    /// Container image; its registry must be in the operator's allow-list.
+    #[serde(default = "default_image")]
+    #[schemars(pattern(IMAGE_PATTERN), length(max = 512))]
+    pub image: String,
+
+    /// Number of tinycode pods; more than one needs a shared workspace.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 10))]
+    pub replicas: i32,
+
+    #[serde(default)]
+    pub resources: Resources,
+
+    #[serde(default)]
+    pub storage: Storage,
+
+    /// Route host; the router assigns one when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub hostname: Option<String>,
+
+    #[serde(default)]
+    pub tls_termination: TlsTermination,
+
+    #[serde(default)]
+    pub ollama: Ollama,
+
+    #[serde(default)]
+    pub auth: Auth,
+
+    #[serde(default)]
+    pub shell: Shell,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Default model ID, written into the generated config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub model: Option<String>,
+
+    #[serde(default)]
+    pub cluster_admin: ClusterAdmin,
+
+    /// vLLM model servers configured as providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20))]
+    pub vllm: Option<Vec<VllmProvider>>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<Discovery>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<Git>,
+
+    /// Kubernetes Ingress options (clusters without OpenShift Routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<IngressOptions>,
+
+    /// Pause the operator for this instance (maintenance): no helm runs and no
+    /// writes to its objects until it is false again; deletion still cleans up.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_string()
+}
+fn default_replicas() -> i32 {
+    1
+}
+fn default_limits() -> ResourceAmounts {
+    ResourceAmounts { cpu: "2".into(), memory: "2Gi".into() }
+}
+fn default_requests() -> ResourceAmounts {
+    ResourceAmounts { cpu: "200m".into(), memory: "512Mi".into() }
+}
+fn default_data_size() -> String {
+    "1Gi".into()
+}
+fn default_projects_size() -> String {
+    "10Gi".into()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_kubeconfig_key() -> String {
+    "kubeconfig".into()
+}
+fn default_oc_version() -> String {
+    "stable".into()
+}
+fn default_depth() -> i32 {
+    1
+}
+
+impl Default for TinycodeInstanceSpec {
+    fn default() -> Self {
+        // An empty spec is valid: every field has a default or is optional.
+        serde_json::from_value(serde_json::json!({})).expect("empty spec deserializes")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,302 @@
+//! The parts of a `TinycodeInstanceSpec`: resources, storage, auth, shell,
+//! cluster-admin mode, vLLM providers, discovery, git, ingress options.
+
+use super::*;
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(
+    validation = Rule::new("quantity(self.requests.cpu).compareTo(quantity(self.limits.cpu)) <= 0")
+        .message("spec.resources.requests.cpu must not exceed spec.resources.limits.cpu"),
+    validation = Rule::new("quantity(self.requests.memory).compareTo(quantity(self.limits.memory)) <= 0")
+        .message("spec.resources.requests.memory must not exceed spec.resources.limits.memory"),
+)]
+pub struct Resources {
+    #[serde(default = "default_limits")]
+    pub limits: ResourceAmounts,
+    #[serde(default = "default_requests")]
+    pub requests: ResourceAmounts,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self { limits: default_limits(), requests: default_requests() }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ResourceAmounts {
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("cpu must be a Kubernetes quantity such as 200m or 2"))]
+    #[schemars(length(max = 32))]
+    pub cpu: String,
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("memory must be a Kubernetes quantity such as 512Mi or 2Gi"))]
+    #[schemars(length(max = 32))]
+    pub memory: String,
+}
+
+/// PVCs (or a host directory) for the data and the project workspace. Fixed at
+/// creation, except that dataSize and projectsSize may grow and retainOnDelete
+/// may change; re-create the instance to change the rest.
+//
+// Admission refuses what Kubernetes cannot follow: a PVC's StorageClass and
+// access mode are immutable and it never shrinks, and moving /projects between
+// a host directory and a PVC would leave the workspace behind. These are
+// transition rules (they use `oldSelf`, so they run on updates only, and only
+// where the old value exists). `spec.storage` always exists (schema default), so
+// the rules sit at this level and compare optional fields with `has()` on both
+// sides; dataSize, projectsSize and projectsAccessMode have schema defaults too.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)")
+        .message("spec.storage.storageClassName cannot be set, changed or removed after creation (the PVCs keep their StorageClass); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".storageClassName"),
+    validation = Rule::new("!has(self.projectsAccessMode) || !has(oldSelf.projectsAccessMode) || self.projectsAccessMode == oldSelf.projectsAccessMode")
+        .message("spec.storage.projectsAccessMode cannot be changed after creation (a PVC's access mode is fixed); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".projectsAccessMode"),
+    validation = Rule::new("!has(self.hostPath) || !has(oldSelf.hostPath) || self.hostPath.path == oldSelf.hostPath.path")
+        .message("spec.storage.hostPath.path cannot be changed after creation (/projects would move to another directory without its contents); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".hostPath"),
+    validation = Rule::new("!has(self.dataSize) || !has(oldSelf.dataSize) || !isQuantity(self.dataSize) || !isQuantity(oldSelf.dataSize) || quantity(self.dataSize).compareTo(quantity(oldSelf.dataSize)) >= 0")
+        .message("spec.storage.dataSize cannot shrink (a PVC can grow, when its StorageClass allows expansion, but never shrink); re-create the instance for a smaller volume. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".dataSize"),
+    validation = Rule::new("!has(self.projectsSize) || !has(oldSelf.projectsSize) || !isQuantity(self.projectsSize) || !isQuantity(oldSelf.projectsSize) || quantity(self.projectsSize).compareTo(quantity(oldSelf.projectsSize)) >= 0")
+        .message("spec.storage.projectsSize cannot shrink (a PVC can grow, when its StorageClass allows expansion, but never shrink); re-create the instance for a smaller volume. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
+        .field_path(".projectsSize"),
+)]
+pub struct Storage {
+    /// PVC size for the SQLite database and config.
+    #[serde(default = "default_data_size")]
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("spec.storage.dataSize must be a Kubernetes quantity such as 1Gi"))]
+    #[schemars(length(max = 32))]
+    pub data_size: String,
+    /// PVC size for the project workspace.
+    #[serde(default = "default_projects_size")]
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("spec.storage.projectsSize must be a Kubernetes quantity such as 10Gi"))]
+    #[schemars(length(max = 32))]
+    pub projects_size: String,
+    #[serde(default)]
+    pub projects_access_mode: AccessMode,
+    /// StorageClass for the PVCs; the cluster default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub storage_class_name: Option<String>,
+    /// Host directory mounted at /projects instead of the projects PVC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<HostPath>,
+    /// Keep the PVCs when the instance is deleted.
+    #[serde(default = "default_true")]
+    pub retain_on_delete: bool,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Self {
+            data_size: default_data_size(),
+            projects_size: default_projects_size(),
+            projects_access_mode: AccessMode::default(),
+            storage_class_name: None,
+            host_path: None,
+            retain_on_delete: true,
+        }
+    }
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPath {
+    /// Absolute path on the node.
+    #[schemars(pattern(r"^/"), length(min = 1, max = 4096))]
+    pub path: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AccessMode {
+    #[default]
+    ReadWriteOnce,
+    ReadWriteMany,
+}
+
+impl AccessMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::ReadWriteOnce => "ReadWriteOnce",
+            AccessMode::ReadWriteMany => "ReadWriteMany",
+        }
+    }
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsTermination {
+    #[default]
+    Edge,
+    Passthrough,
+    Reencrypt,
+}
+
+impl TlsTermination {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsTermination::Edge => "edge",
+            TlsTermination::Passthrough => "passthrough",
+            TlsTermination::Reencrypt => "reencrypt",
+        }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Ollama {
+    /// Deploy an Ollama server in the same Helm release.
+    #[serde(default)]
+    pub enabled: bool,
+    /// External Ollama URL, when not enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(HTTP_URL_HYGIENE_RULE)
+        .message("spec.ollama.host: no credentials, query or fragment in the URL; give the base URL such as http://ollama.models.svc:11434"))]
+    #[schemars(pattern(HTTP_URL_PATTERN), length(max = 2048))]
+    pub host: Option<String>,
+    /// Models to pre-pull.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20), inner(pattern(r"^[A-Za-z0-9][A-Za-z0-9_./:-]*$"), length(max = 253)))]
+    pub models: Option<Vec<String>>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Auth {
+    /// Secret holding key TINYCODE_SERVER_PASSWORD; unset leaves the UI unauthenticated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub password_secret: Option<String>,
+    /// The last `tinycode.dev/reconcile-requested-at` value handled (a full
+    /// reconcile, helm included, ran for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Shell {
+    /// Host shell through hostPID (tinycode-shell SCC; needs namespace approval).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Recorded only; enforcement is future work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100), inner(length(max = 253)))]
+    pub allowed_commands: Option<Vec<String>>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!self.enabled || (has(self.kubeconfigSecretName) && self.kubeconfigSecretName != '')")
+        .message("spec.clusterAdmin.kubeconfigSecretName is required when spec.clusterAdmin.enabled is true: name the Secret that holds the kubeconfig"),
+    validation = Rule::new("self.enabled || !has(self.clusterRole)")
+        .message("spec.clusterAdmin.clusterRole is bound only in cluster-admin mode: set spec.clusterAdmin.enabled to true or remove clusterRole"),
+)]
+pub struct ClusterAdmin {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub kubeconfig_secret_name: Option<String>,
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(pattern(r"^[-._a-zA-Z0-9]+$"), length(min = 1, max = 253))]
+    pub kubeconfig_secret_key: String,
+    #[serde(default = "default_oc_version")]
+    #[schemars(pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), length(max = 64))]
+    pub oc_version: String,
+    /// Namespace the kubeconfig Secret lives in; copied into the instance namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub kubeconfig_namespace: Option<String>,
+    /// ClusterRole bound cluster-wide to the instance's ServiceAccount; only
+    /// roles in the operator's allow-list that the namespace's
+    /// `tinycode.dev/allow-cluster-role` label approves are bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!(self in ['admin', 'cluster-admin', 'tinycode-discovery']) && !self.startsWith('tinycode-operator') && !self.startsWith('tinycode-scc-') && !self.startsWith('system:')")
+        .message("spec.clusterAdmin.clusterRole may not be admin, cluster-admin, system:*, the operator's own roles or the SCC use roles; use a role a cluster-admin approved for this namespace (default: view)"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub cluster_role: Option<String>,
+}
+
+impl Default for ClusterAdmin {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            kubeconfig_secret_name: None,
+            kubeconfig_secret_key: default_kubeconfig_key(),
+            oc_version: default_oc_version(),
+            kubeconfig_namespace: None,
+            cluster_role: None,
+        }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VllmProvider {
+    #[schemars(pattern(VLLM_NAME_PATTERN), length(min = 1, max = 63))]
+    pub name: String,
+    #[x_kube(validation = Rule::new(HTTP_URL_HYGIENE_RULE)
+        .message("spec.vllm[].url: no credentials, query or fragment in the URL; give the server's base URL such as http://vllm.models.svc:8000"))]
+    #[schemars(pattern(HTTP_URL_PATTERN), length(max = 2048))]
+    pub url: String,
+    /// Per-model limit overrides, by model ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 100))]
+    pub models: Option<BTreeMap<String, ModelLimits>>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024))]
+    pub context_limit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 256))]
+    pub output_limit: Option<i64>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    /// Namespaces searched for annotated vLLM Services (`*` = all).
+    #[serde(default)]
+    #[schemars(length(max = 50), inner(pattern(NAMESPACE_OR_STAR_PATTERN), length(max = 63)))]
+    pub namespaces: Vec<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Git {
+    #[x_kube(validation = Rule::new(GIT_URL_HYGIENE_RULE)
+        .message("spec.git.url must not hold credentials (user:password@ or token@), a query or a fragment: put credentials in spec.git.credentialsSecret, not in the URL"))]
+    #[schemars(pattern(GIT_URL_PATTERN), length(max = 2048))]
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(GIT_BRANCH_PATTERN), length(min = 1, max = 255))]
+    pub branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub credentials_secret: Option<String>,
+    #[serde(default)]
+    pub pull_on_restart: bool,
+    #[serde(default = "default_depth")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub depth: i32,
+}
+
+/// How the Ingress is built on Kubernetes (ignored on OpenShift, where the Route serves).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressOptions {
+    /// Secret (type kubernetes.io/tls) with the certificate for spec.hostname; unset: plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub tls_secret_name: Option<String>,
+}

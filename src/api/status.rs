@@ -1,0 +1,75 @@
+//! What the operator reports about an instance.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Observed state, written by the operator only.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TinycodeInstanceStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Helm release that holds the instance's objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm_release: Option<String>,
+    /// Revision of that release last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm_revision: Option<i64>,
+    /// SecurityContextConstraints granted to the instance's ServiceAccount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scc: Option<String>,
+    /// Secret (in the instance namespace, key TINYCODE_SERVER_PASSWORD) holding
+    /// the password: spec.auth.passwordSecret, or the one the operator generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret: Option<String>,
+    /// The last `tinycode.dev/reconcile-requested-at` value handled (a full
+    /// reconcile, helm included, ran for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Deploying,
+    Running,
+    Failed,
+    Terminating,
+    Suspended,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Deploying => "Deploying",
+            Phase::Running => "Running",
+            Phase::Failed => "Failed",
+            Phase::Terminating => "Terminating",
+            Phase::Suspended => "Suspended",
+        }
+    }
+}
+
+/// A status condition; `lastTransitionTime` changes only when `status` flips.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    /// RFC 3339 time of the last status flip.
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

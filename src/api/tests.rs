@@ -1,0 +1,87 @@
+//! Schema and defaults of the API types.
+
+use kube::CustomResourceExt;
+use serde_json::Value;
+
+use super::*;
+
+fn storage_rules() -> Vec<Value> {
+    let crd = serde_json::to_value(TinycodeInstance::crd()).unwrap();
+    let storage =
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"];
+    storage["x-kubernetes-validations"].as_array().cloned().unwrap_or_default()
+}
+
+fn rule_for(field_path: &str) -> Value {
+    storage_rules()
+        .into_iter()
+        .find(|r| r["fieldPath"] == field_path)
+        .unwrap_or_else(|| panic!("no spec.storage rule with fieldPath {field_path}"))
+}
+
+#[test]
+fn storage_is_fixed_at_creation_by_transition_rules() {
+    for (path, field, needle) in [
+        (".storageClassName", "spec.storage.storageClassName", "self.storageClassName == oldSelf.storageClassName"),
+        (
+            ".projectsAccessMode",
+            "spec.storage.projectsAccessMode",
+            "self.projectsAccessMode == oldSelf.projectsAccessMode",
+        ),
+        (".hostPath", "spec.storage.hostPath.path", "self.hostPath.path == oldSelf.hostPath.path"),
+        (".dataSize", "spec.storage.dataSize", "quantity(self.dataSize).compareTo(quantity(oldSelf.dataSize)) >= 0"),
+        (
+            ".projectsSize",
+            "spec.storage.projectsSize",
+            "quantity(self.projectsSize).compareTo(quantity(oldSelf.projectsSize)) >= 0",
+        ),
+    ] {
+        let r = rule_for(path);
+        let rule = r["rule"].as_str().unwrap();
+        let message = r["message"].as_str().unwrap();
+        assert!(rule.contains(needle), "{path}: {rule}");
+        assert!(rule.contains("oldSelf"), "{path} must be a transition rule");
+        assert!(message.starts_with(field), "{path}: {message}");
+        assert!(message.contains("re-create the instance"), "{path}: {message}");
+        assert!(
+            message
+                .contains("storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted"),
+            "{path}: {message}"
+        );
+        assert!(!message.contains('\n'), "CRD rule messages must be one line");
+    }
+}
+
+#[test]
+fn optional_storage_fields_compare_presence_on_both_sides() {
+    // Setting or removing an optional field is a change too; a rule that only
+    // compared values would let `has()` mismatches through (or fail on them).
+    let rule = rule_for(".storageClassName")["rule"].as_str().unwrap().to_string();
+    assert!(rule.starts_with("has(self.storageClassName) == has(oldSelf.storageClassName) && "), "{rule}");
+    // hostPath may come or go (the workspace moves between a PVC and the node); its path may not change.
+    let rule = rule_for(".hostPath")["rule"].as_str().unwrap().to_string();
+    assert!(rule.starts_with("!has(self.hostPath) || !has(oldSelf.hostPath) || "), "{rule}");
+    // Sizes compare only valid quantities, so an invalid old value cannot make every update fail.
+    for path in [".dataSize", ".projectsSize"] {
+        let rule = rule_for(path)["rule"].as_str().unwrap().to_string();
+        assert!(rule.contains("!isQuantity(oldSelf."), "{rule}");
+    }
+}
+
+#[test]
+fn storage_rules_sit_where_storage_always_exists() {
+    // Transition rules run only where the old value exists: spec.storage and the
+    // fields compared without has() guards carry schema defaults.
+    let crd = serde_json::to_value(TinycodeInstance::crd()).unwrap();
+    let storage =
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"];
+    assert!(storage["default"].is_object(), "{storage}");
+    for f in ["dataSize", "projectsSize", "projectsAccessMode", "retainOnDelete"] {
+        assert!(!storage["properties"][f]["default"].is_null(), "{f} has no default");
+    }
+    assert_eq!(storage["properties"]["retainOnDelete"]["default"], true);
+    assert!(
+        !storage_rules().iter().any(|r| r["rule"].as_str().unwrap().contains("retainOnDelete")),
+        "retainOnDelete stays mutable"
+    );
+}

@@ -1,0 +1,117 @@
+//! Tests of the command line: flags, env fallbacks, the values command.
+
+use clap::CommandFactory;
+
+use super::*;
+
+fn parse(args: &[&str]) -> Cli {
+    Cli::try_parse_from(std::iter::once("tinycode-operator").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?} refused: {e}"))
+}
+
+#[test]
+fn command_line_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn settings_after_run() {
+    let cli = parse(&[
+        "run",
+        "--metrics-addr",
+        "127.0.0.1:9999",
+        "--health-addr",
+        "127.0.0.1:9998",
+        "--concurrency",
+        "2",
+        "--leader-elect",
+        "false",
+        "--lease-duration-seconds",
+        "7",
+        "--watch-namespace",
+        "team-a",
+        "--helm-bin",
+        "/opt/helm",
+        "--allowed-registries",
+        "a.example,b.example",
+        "--allowed-cluster-roles",
+        "view,edit",
+        "--operator-namespace",
+        "ops",
+    ]);
+    assert!(matches!(cli.command, Some(Command::Run)));
+    assert_eq!(cli.run.metrics_addr, "127.0.0.1:9999".parse().unwrap());
+    assert_eq!(cli.run.health_addr, "127.0.0.1:9998".parse().unwrap());
+    assert_eq!(cli.run.concurrency, 2);
+    assert!(!cli.run.leader_elect);
+    assert_eq!(cli.run.lease_duration_seconds, 7);
+    assert_eq!(cli.run.watch_namespace, "team-a");
+    assert_eq!(cli.settings.helm_bin, PathBuf::from("/opt/helm"));
+    assert_eq!(cli.settings.allowed_registries, ["a.example", "b.example"]);
+    assert_eq!(cli.settings.allowed_cluster_roles, ["view", "edit"]);
+    assert_eq!(cli.settings.operator_namespace, "ops");
+}
+
+#[test]
+fn settings_before_run() {
+    let cli = parse(&["--concurrency", "2", "--metrics-addr", "127.0.0.1:9999", "run"]);
+    assert!(matches!(cli.command, Some(Command::Run)));
+    assert_eq!(cli.run.concurrency, 2);
+    assert_eq!(cli.run.metrics_addr, "127.0.0.1:9999".parse().unwrap());
+}
+
+#[test]
+fn settings_on_both_sides_of_run() {
+    let cli = parse(&["--concurrency", "2", "run", "--helm-timeout-seconds", "9"]);
+    assert_eq!(cli.run.concurrency, 2);
+    assert_eq!(cli.settings.helm_timeout_seconds, 9);
+}
+
+#[test]
+fn no_subcommand_runs_the_controller_with_settings() {
+    let cli = parse(&["--concurrency", "3"]);
+    assert!(cli.command.is_none(), "main() treats a missing subcommand as run");
+    assert_eq!(cli.run.concurrency, 3);
+}
+
+#[test]
+fn values_takes_settings_after_it() {
+    let cli = parse(&["values", "-f", "x.yaml", "--allowed-registries", "a"]);
+    match cli.command {
+        Some(Command::Values { file, .. }) => assert_eq!(file, PathBuf::from("x.yaml")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(cli.settings.allowed_registries, ["a"]);
+    let cli = parse(&["--allowed-registries", "b", "values", "-f", "x.yaml"]);
+    assert_eq!(cli.settings.allowed_registries, ["b"]);
+}
+
+#[test]
+fn unknown_flags_are_still_refused() {
+    assert!(Cli::try_parse_from(["tinycode-operator", "run", "--no-such-flag"]).is_err());
+}
+
+#[test]
+fn run_help_lists_the_settings_and_their_env() {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let run = cmd.find_subcommand_mut("run").expect("run subcommand");
+    let help = run.render_help().to_string();
+    for needle in [
+        "--metrics-addr",
+        "TINYCODE_METRICS_ADDR",
+        "--health-addr",
+        "TINYCODE_HEALTH_ADDR",
+        "--concurrency",
+        "TINYCODE_CONCURRENCY",
+        "--leader-elect",
+        "--allowed-registries",
+        "TINYCODE_ALLOWED_REGISTRIES",
+        "--helm-bin",
+        "HELM_BIN",
+        "--watch-namespace",
+        "WATCH_NAMESPACE",
+    ] {
+        assert!(help.contains(needle), "run --help lacks {needle}:\n{help}");
+    }
+}

@@ -1,0 +1,135 @@
+//! Tests of the chart values built from a spec.
+
+use super::*;
+
+const INST: InstanceRef<'static> = InstanceRef { name: "dev", namespace: "team", uid: "uid-1" };
+
+fn values(json: serde_json::Value) -> Values {
+    build(&INST, &serde_json::from_value(json).unwrap(), &Settings::default(), &Approved::default(), None)
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let v = values(serde_json::json!({}));
+    assert_eq!(v.image, "quay.io/bjohns/tinycode-container:latest");
+    assert_eq!(v.replicas, 1);
+    assert_eq!((v.resources.limits.cpu.as_str(), v.resources.limits.memory.as_str()), ("2", "2Gi"));
+    assert_eq!((v.resources.requests.cpu.as_str(), v.resources.requests.memory.as_str()), ("200m", "512Mi"));
+    assert_eq!((v.storage.data_size.as_str(), v.storage.projects_size.as_str()), ("1Gi", "10Gi"));
+    assert_eq!(v.storage.projects_access_mode, AccessMode::ReadWriteOnce);
+    assert!(v.storage.retain_on_delete);
+    assert_eq!((v.storage.data_volume, v.storage.projects_volume), (VolumeSource::Pvc, VolumeSource::Pvc));
+    assert_eq!(v.tls_termination, TlsTermination::Edge);
+    assert_eq!(v.scc, SccValues { tier: SccTier::Restricted, name: "tinycode-restricted".into() });
+    assert_eq!(v.git.depth, 1);
+    assert_eq!(v.cluster_admin.kubeconfig_secret_key, "kubeconfig");
+    assert_eq!(v.cluster_admin.oc_version, "stable");
+    assert_eq!(v.names.fullname, "dev-tinycode");
+    assert_eq!(v.names.cluster_role_binding, "tinycode:team:dev-cluster-role");
+    assert_eq!(v.names.discovery_binding, "tinycode:team:dev-discovery");
+    assert_eq!(v.config, ConfigValues { json: String::new(), checksum: String::new() });
+}
+
+#[test]
+fn json_uses_spec_names_and_has_every_key() {
+    let v = serde_json::to_value(values(serde_json::json!({}))).unwrap();
+    for key in [
+        "instance",
+        "names",
+        "valuesHash",
+        "secretsChecksum",
+        "image",
+        "replicas",
+        "resources",
+        "storage",
+        "hostname",
+        "tlsTermination",
+        "ollama",
+        "auth",
+        "shell",
+        "nodeSelector",
+        "tolerations",
+        "model",
+        "clusterAdmin",
+        "vllm",
+        "discovery",
+        "git",
+        "scc",
+        "config",
+        "networkPolicy",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["storage"]["projectsAccessMode"], "ReadWriteOnce");
+    assert_eq!(v["storage"]["hostPath"]["path"], "");
+    assert_eq!(v["auth"]["passwordSecret"], "dev-tinycode-password", "no password named: the generated one");
+    assert_eq!(v["scc"]["tier"], "restricted");
+}
+
+#[test]
+fn derived_volumes_follow_replicas_and_host_path() {
+    let v = values(serde_json::json!({"replicas": 3, "storage": {"projectsAccessMode": "ReadWriteMany"}}));
+    assert_eq!((v.storage.data_volume, v.storage.projects_volume), (VolumeSource::EmptyDir, VolumeSource::Pvc));
+    let v = values(serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": true}}}));
+    assert_eq!((v.storage.data_volume, v.storage.projects_volume), (VolumeSource::EmptyDir, VolumeSource::HostPath));
+    assert_eq!(v.storage.host_path, HostPathValues { path: "/srv/code".into(), read_only: true });
+    assert_eq!(v.scc.tier, SccTier::Hostpath);
+}
+
+#[test]
+fn kubeconfig_from_another_namespace_mounts_the_copy() {
+    let v = values(
+        serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "kubeconfigNamespace": "admins"}}),
+    );
+    assert_eq!(v.cluster_admin.mount_secret_name, "dev-tinycode-kubeconfig");
+    let v = values(serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc"}}));
+    assert_eq!(v.cluster_admin.mount_secret_name, "kc");
+    let v = values(serde_json::json!({"clusterAdmin": {"enabled": false, "kubeconfigSecretName": "kc"}}));
+    assert_eq!(v.cluster_admin.mount_secret_name, "");
+}
+
+#[test]
+fn only_approved_roles_and_namespaces_reach_the_chart() {
+    let spec = serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"},
+                                  "discovery": {"namespaces": ["models", "other", "*"]}});
+    let v = values(spec.clone());
+    assert_eq!((v.cluster_admin.cluster_role.as_str(), v.discovery.namespaces.len()), ("", 0));
+    let approved = Approved {
+        cluster_role: Some("view".into()),
+        discovery_namespaces: vec!["models".into()],
+        ..Approved::default()
+    };
+    let v = build(&INST, &serde_json::from_value(spec).unwrap(), &Settings::default(), &approved, None);
+    assert_eq!(v.cluster_admin.cluster_role, "view");
+    assert_eq!(v.discovery.namespaces, vec!["models"]);
+    let v = values(serde_json::json!({"auth": {"passwordSecret": "mine"}}));
+    assert_eq!(v.auth.password_secret, "mine");
+}
+
+#[test]
+fn hash_changes_with_values_and_ignores_itself() {
+    let a = values(serde_json::json!({}));
+    let b = values(serde_json::json!({}));
+    assert_eq!(a.values_hash, b.values_hash);
+    assert_eq!(a.values_hash, hash(&a, &rendering(&Settings::default())));
+    let new_chart = Settings { chart_digest: "0.1.1+abc".into(), ..Settings::default() };
+    let f = build(&INST, &Default::default(), &new_chart, &Approved::default(), None);
+    assert_ne!(a.values_hash, f.values_hash, "a new chart re-renders an unchanged spec");
+    let rotated = Approved { secrets_digest: "new".into(), ..Approved::default() };
+    let g = build(&INST, &Default::default(), &Settings::default(), &rotated, None);
+    assert_ne!(a.values_hash, g.values_hash, "a rotated Secret rolls the pods");
+    let c = values(serde_json::json!({"replicas": 2, "storage": {"projectsAccessMode": "ReadWriteMany"}}));
+    assert_ne!(a.values_hash, c.values_hash);
+    let d = build(
+        &InstanceRef { uid: "uid-2", ..INST },
+        &Default::default(),
+        &Settings::default(),
+        &Approved::default(),
+        None,
+    );
+    assert_ne!(a.values_hash, d.values_hash, "a re-created instance (new uid) must re-apply");
+    let e =
+        build(&INST, &Default::default(), &Settings::default(), &Approved::default(), Some("{\"model\":\"m\"}".into()));
+    assert_ne!(a.values_hash, e.values_hash);
+    assert_eq!(e.config.checksum, sha256_hex(b"{\"model\":\"m\"}"));
+}
