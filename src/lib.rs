@@ -5,12 +5,10 @@
 
 pub mod api;
 pub mod approval;
-pub mod bundle;
 pub mod cli;
 pub mod cluster_admin;
 pub mod config;
 pub mod controller;
-pub mod devcluster;
 pub mod digest;
 pub mod error;
 pub mod health;
@@ -36,6 +34,9 @@ pub mod status;
 pub mod validation;
 pub mod values;
 pub mod vllm;
+
+/// The operator's version (the OLM bundle's CSV version too).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Server-side-apply field manager for every object the operator writes itself.
 pub const FIELD_MANAGER: &str = "tinycode-operator";

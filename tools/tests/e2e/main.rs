@@ -6,7 +6,7 @@
 mod harness;
 mod kubernetes;
 mod lifecycle;
-#[path = "../support/vllm_standin.rs"]
+#[path = "../../../tests/support/vllm_standin.rs"]
 mod standin;
 mod tenancy;
 
