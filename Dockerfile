@@ -15,11 +15,12 @@ RUN apk add --no-cache musl-dev
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-# src/bundle.rs embeds the manager Deployment, samples and icon from config/.
-COPY config ./config
+# The workspace's other member (tools/: dev tooling, never built here) needs
+# only its manifest for cargo to load the workspace.
+COPY tools/Cargo.toml ./tools/Cargo.toml
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin tinycode-operator \
+    cargo build --release --locked -p tinycode-operator --bin tinycode-operator \
     && install -m 0755 target/release/tinycode-operator /tinycode-operator \
     && /tinycode-operator version
 

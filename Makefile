@@ -31,29 +31,29 @@ tools: ## Build (once, cached outside the repo) etcd, kube-apiserver, kubectl an
 	hack/local-cluster.sh tools >/dev/null
 
 .PHONY: build
-build: ## Build the operator binaries
-	cargo build --release --bins
+build: ## Build the operator and the dev tooling (tinycode-local) binaries
+	cargo build --release --workspace --bins
 
 .PHONY: generate
-generate: ## Regenerate the CRD, RBAC, SCCs and values schema from the code
-	cargo build --quiet --bin tinycode-operator
+generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the code
+	cargo build --quiet --workspace --bins
 	target/debug/tinycode-operator crd > config/crd/tinycode.dev_tinycodeinstances.yaml
 	target/debug/tinycode-operator rbac > config/rbac/role.yaml
 	target/debug/tinycode-operator scc > config/scc/sccs.yaml
 	target/debug/tinycode-operator values-schema > helm-charts/tinycode/values.schema.json
 	target/debug/tinycode-operator rbac --leader-election-namespace tinycode-operator-system > config/rbac/leader_election_role.yaml
 	target/debug/tinycode-operator rbac --discovery > config/rbac/discovery_role.yaml
-	target/debug/tinycode-operator bundle --out bundle 2>/dev/null
+	target/debug/tinycode-local bundle --out bundle 2>/dev/null
 
 .PHONY: lint
 lint: tools ## cargo fmt --check, clippy -D warnings, helm lint --strict
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 	eval "$$(hack/local-cluster.sh tools)"; for f in helm-charts/tinycode/ci/*.yaml; do "$$TINYCODE_HELM" lint --strict helm-charts/tinycode -f "$$f" >/dev/null; done
 
 .PHONY: test
-test: lint ## Lint, then unit, chart and end-to-end tests (starts the local control plane)
-	eval "$$(hack/local-cluster.sh tools)"; TINYCODE_HELM="$$TINYCODE_HELM" cargo test --all-targets
+test: lint ## Lint, then unit, chart and end-to-end tests of the workspace (starts the local control plane)
+	eval "$$(hack/local-cluster.sh tools)"; TINYCODE_HELM="$$TINYCODE_HELM" cargo test --workspace --all-targets
 
 .PHONY: run-local
 run-local: ## Local control plane + operator in the foreground + the basic sample; prints its URL and status (PLATFORM=kubernetes: no OpenShift APIs)
@@ -98,9 +98,9 @@ deploy-sample: ## Apply $(SAMPLE) to $(NAMESPACE) (prepare it first: make prepar
 		sed -E 's/^(  namespace:).*/\1 $(NAMESPACE)/' "$(SAMPLE)" | "$$k" apply -n "$(NAMESPACE)" -f -
 
 .PHONY: bundle
-bundle: ## Regenerate bundle/ (CSV, CRD, metadata, bundle.Dockerfile) from the code
-	cargo build --quiet --bin tinycode-operator
-	target/debug/tinycode-operator bundle --out $(BUNDLE_DIR)
+bundle: ## Regenerate bundle/ (CSV, CRD, metadata, bundle.Dockerfile) from the code (tinycode-local bundle)
+	cargo build --quiet -p tinycode-tools --bin tinycode-local
+	target/debug/tinycode-local bundle --out $(BUNDLE_DIR)
 
 .PHONY: bundle-validate
 bundle-validate: ## Validate bundle/ with operator-framework's validators (built once from the Go module proxy)

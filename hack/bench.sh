@@ -41,7 +41,7 @@ requests_by_verb() {
 eval "$(hack/local-cluster.sh tools)"
 eval "$(hack/local-cluster.sh start)"
 K=$TINYCODE_KUBECTL
-if [[ $PROFILE == release ]]; then cargo build --quiet --release --bins; else cargo build --quiet --bins; fi
+if [[ $PROFILE == release ]]; then cargo build --quiet --release --workspace --bins; else cargo build --quiet --workspace --bins; fi
 BIN=$ROOT/target/$PROFILE
 "$BIN/tinycode-local" setup --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
 

@@ -25,8 +25,8 @@ log() { printf 'run-local: %s\n' "$*" >&2; }
 
 eval "$(hack/local-cluster.sh tools)"
 eval "$(hack/local-cluster.sh start)"
-log "building the operator"
-cargo build --quiet --bins
+log "building the operator and tinycode-local"
+cargo build --quiet --workspace --bins
 BIN=$ROOT/target/debug
 
 if [[ "$PLATFORM" == kubernetes ]]; then

@@ -63,12 +63,6 @@ pub enum Command {
         #[arg(long, conflicts_with = "leader_election_namespace")]
         discovery: bool,
     },
-    /// Write the OLM bundle (CSV, CRD, metadata, bundle.Dockerfile) generated from the code.
-    Bundle {
-        /// Bundle directory; its manifests/ and metadata/ are replaced.
-        #[arg(long, default_value = "bundle")]
-        out: PathBuf,
-    },
     /// Print the version.
     Version,
 }
@@ -107,10 +101,10 @@ pub struct SettingsArgs {
     #[arg(long, global = true, env = "TINYCODE_ALLOWED_CLUSTER_ROLES", value_delimiter = ',', default_value = "view")]
     pub allowed_cluster_roles: Vec<String>,
     /// Namespace the operator runs in; Helm release records are kept there.
-    #[arg(long, global = true, env = "OPERATOR_NAMESPACE", default_value = "tinycode-operator-system")]
+    #[arg(long, global = true, env = "OPERATOR_NAMESPACE", default_value = crate::settings::DEFAULT_OPERATOR_NAMESPACE)]
     pub operator_namespace: String,
     /// ServiceAccount the operator runs as (named in namespace-preparation messages).
-    #[arg(long, global = true, env = "OPERATOR_SERVICE_ACCOUNT", default_value = "tinycode-operator-manager")]
+    #[arg(long, global = true, env = "OPERATOR_SERVICE_ACCOUNT", default_value = crate::settings::DEFAULT_OPERATOR_SERVICE_ACCOUNT)]
     pub operator_service_account: String,
     /// Label (key=value) a namespace must carry before instances are accepted there.
     #[arg(long, global = true, env = "TINYCODE_REQUIRED_NAMESPACE_LABEL")]
@@ -258,10 +252,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 docs.push(openshift::scc_manifest(&tier.scc()));
             }
             for tier in ALL_TIERS {
-                let mut role = serde_json::to_value(tier.use_role()).expect("role");
-                role["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-                role["kind"] = "ClusterRole".into();
-                docs.push(role);
+                docs.push(tier.use_role_manifest());
             }
             print_yaml(&docs)
         }
@@ -277,7 +268,6 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Rbac { leader_election_namespace: Some(ns), .. } => {
             print_yaml(&[crate::platform::rbac::leader_election_role_manifest(&ns)])
         }
-        Command::Bundle { out } => crate::bundle::command(&out),
         Command::Version => {
             println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

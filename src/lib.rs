@@ -4,9 +4,7 @@
 #![deny(warnings)]
 
 pub mod api;
-pub mod bundle;
 pub mod cli;
-pub mod devcluster;
 pub mod helm;
 pub mod ops;
 pub mod platform;
@@ -14,6 +12,9 @@ pub mod reconcile;
 pub mod render;
 pub mod settings;
 pub mod vllm;
+
+/// The operator's version (the OLM bundle's CSV version too).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Server-side-apply field manager for every object the operator writes itself.
 pub const FIELD_MANAGER: &str = "tinycode-operator";

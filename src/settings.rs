@@ -3,6 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Namespace the operator runs in unless told otherwise (`--operator-namespace`).
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "tinycode-operator-system";
+/// ServiceAccount the operator runs as unless told otherwise (`--operator-service-account`).
+pub const DEFAULT_OPERATOR_SERVICE_ACCOUNT: &str = "tinycode-operator-manager";
+
 /// What the reconcile needs to know about the operator's own deployment.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -48,8 +53,8 @@ impl Default for Settings {
         Self {
             allowed_registries: vec!["quay.io".into(), "ghcr.io".into()],
             allowed_cluster_roles: vec!["view".into()],
-            operator_namespace: "tinycode-operator-system".into(),
-            operator_service_account: "tinycode-operator-manager".into(),
+            operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
+            operator_service_account: DEFAULT_OPERATOR_SERVICE_ACCOUNT.into(),
             required_namespace_label: None,
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),

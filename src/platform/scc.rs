@@ -167,6 +167,14 @@ impl SccTier {
             ..Default::default()
         }
     }
+
+    /// [`Self::use_role`] as a manifest with apiVersion and kind.
+    pub fn use_role_manifest(self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.use_role()).expect("role serialises");
+        v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+        v["kind"] = "ClusterRole".into();
+        v
+    }
 }
 
 /// Labels the operator puts on objects it writes itself.

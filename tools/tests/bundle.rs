@@ -1,5 +1,5 @@
 //! The OLM bundle and the install manifests: the committed `bundle/` must be
-//! what `tinycode-operator bundle` generates now (run `make bundle`), it must
+//! what `tinycode-local bundle` generates now (run `make bundle`), it must
 //! pass operator-framework's own validators, and `config/manager` must keep
 //! the properties the spec and the scripts rely on.
 
@@ -11,14 +11,19 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_json::Value;
 
+/// The repository (and workspace) root, one above this crate.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository").to_path_buf()
 }
 
-fn operator(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tinycode-operator")).args(args).output().expect("run tinycode-operator");
-    assert!(out.status.success(), "tinycode-operator {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    out
+/// Writes the bundle to `out` with `tinycode-local bundle`.
+fn write_bundle(out: &Path) {
+    let run = Command::new(env!("CARGO_BIN_EXE_tinycode-local"))
+        .args(["bundle", "--out"])
+        .arg(out)
+        .output()
+        .expect("run tinycode-local");
+    assert!(run.status.success(), "tinycode-local bundle failed: {}", String::from_utf8_lossy(&run.stderr));
 }
 
 /// Every file below `dir`, by path relative to it.
@@ -51,7 +56,7 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
 fn committed_bundle_matches_the_generator() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bundle");
-    operator(&["bundle", "--out", out.to_str().unwrap()]);
+    write_bundle(&out);
     let generated = tree(&out);
     let committed = tree(&root().join("bundle"));
     let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
@@ -61,18 +66,8 @@ fn committed_bundle_matches_the_generator() {
         "bundle/ has other files than the generator writes; run `make bundle`"
     );
     for (file, text) in &generated {
-        assert!(committed[file] == *text, "bundle/{file} differs from `tinycode-operator bundle`; run `make bundle`");
+        assert!(committed[file] == *text, "bundle/{file} differs from `tinycode-local bundle`; run `make bundle`");
     }
-}
-
-#[test]
-fn leader_election_role_matches_the_declaration() {
-    let out = operator(&["rbac", "--leader-election-namespace", "tinycode-operator-system"]);
-    let committed = std::fs::read_to_string(root().join("config/rbac/leader_election_role.yaml")).unwrap();
-    assert!(
-        committed == String::from_utf8(out.stdout).unwrap(),
-        "config/rbac/leader_election_role.yaml differs from `tinycode-operator rbac --leader-election-namespace tinycode-operator-system`; run `make generate`"
-    );
 }
 
 #[test]
@@ -83,9 +78,9 @@ fn every_sample_is_an_alm_example() {
         .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
         .collect();
     on_disk.sort();
-    let mut listed: Vec<String> = tinycode_operator::bundle::SAMPLES.iter().map(|(n, _)| n.to_string()).collect();
+    let mut listed: Vec<String> = tinycode_tools::bundle::SAMPLES.iter().map(|(n, _)| n.to_string()).collect();
     listed.sort();
-    assert_eq!(listed, on_disk, "src/bundle.rs SAMPLES must list every file in config/samples");
+    assert_eq!(listed, on_disk, "tools/src/bundle.rs SAMPLES must list every file in config/samples");
 }
 
 #[test]
@@ -127,7 +122,7 @@ fn csv_installs_the_manager_deployment_and_the_declared_permissions() {
 
     let examples: Value =
         serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
-    assert_eq!(examples.as_array().unwrap().len(), tinycode_operator::bundle::SAMPLES.len());
+    assert_eq!(examples.as_array().unwrap().len(), tinycode_tools::bundle::SAMPLES.len());
     let owned = &csv["spec"]["customresourcedefinitions"]["owned"][0];
     assert_eq!(owned["name"], "tinycodeinstances.tinycode.dev");
     assert_eq!(owned["version"], "v1alpha1");
@@ -210,7 +205,7 @@ fn bundle_passes_the_operator_framework_validators() {
 fn the_validator_reports_a_broken_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("bundle");
-    operator(&["bundle", "--out", bundle.to_str().unwrap()]);
+    write_bundle(&bundle);
     std::fs::remove_file(bundle.join("manifests/tinycode.dev_tinycodeinstances.yaml")).unwrap();
     let out = Command::new(validator()).arg(&bundle).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -7,7 +7,7 @@ mod harness;
 mod kubernetes;
 mod lifecycle;
 mod requests;
-#[path = "../support/vllm_standin.rs"]
+#[path = "../../../tests/support/vllm_standin.rs"]
 mod standin;
 mod tenancy;
 

@@ -18,10 +18,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::devcluster::OPERATOR_NAMESPACE;
 use tinycode_operator::render::naming;
 use tinycode_operator::render::values::{self, Approved, InstanceRef};
 use tinycode_operator::settings::Settings;
+use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
 use super::{delete_and_wait_gone, kubeconfig, put_secret, standin};
 use crate::harness::*;

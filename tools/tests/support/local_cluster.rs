@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 
 /// Runs `hack/local-cluster.sh <cmd>`; its stdout. Panics when it fails.
 pub fn local_cluster(cmd: &str) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("hack/local-cluster.sh");
+    // The repository root is one above this crate (tools/).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository");
+    let script = root.join("hack/local-cluster.sh");
     let out =
         Command::new("bash").arg(script).arg(cmd).stderr(Stdio::inherit()).output().expect("run hack/local-cluster.sh");
     assert!(out.status.success(), "hack/local-cluster.sh {cmd} failed (see above)");

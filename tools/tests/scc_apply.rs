@@ -23,12 +23,13 @@ use kube::{Client, Config};
 use local_cluster::{local_cluster, value_of};
 use serde::Deserialize;
 use serde_json::Value;
-use tinycode_operator::devcluster;
+use tinycode_tools::devcluster;
 
 const SCC_CRD_FILE: &str = "securitycontextconstraints.security.openshift.io.yaml";
 
+/// The repository (and workspace) root, one above this crate.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository").to_path_buf()
 }
 
 fn openshift_crds_dir() -> Option<PathBuf> {

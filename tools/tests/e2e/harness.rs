@@ -14,9 +14,9 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::devcluster;
-use tinycode_operator::devcluster::OPERATOR_NAMESPACE;
 use tinycode_operator::platform::openshift::Route;
+use tinycode_tools::devcluster;
+use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
 pub type TestResult = Result<(), String>;
 
@@ -54,8 +54,66 @@ impl<T, E: std::fmt::Display> Ctx<T> for Result<T, E> {
     }
 }
 
+/// The repository (and workspace) root, one above this crate.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository").to_path_buf()
+}
+
+/// The operator binary. A test cannot name another package's binary
+/// (`CARGO_BIN_EXE_*` covers its own package only), so this asks cargo to
+/// build `tinycode-operator` in this test's profile (a no-op when it is up to
+/// date, as after `make test`'s workspace build) and takes the path cargo
+/// reports. `TINYCODE_OPERATOR_BIN` names a prebuilt binary instead.
+pub fn operator_bin() -> Result<&'static Path, String> {
+    static BIN: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("TINYCODE_OPERATOR_BIN") {
+        Some(bin) => Ok(PathBuf::from(bin)),
+        None => build_operator(),
+    })
+    .as_deref()
+    .map_err(Clone::clone)
+}
+
+/// Variables cargo sets for the test it runs, besides `CARGO_PKG_*` and
+/// `CARGO_BIN_EXE_*`. A nested cargo must not see them: build scripts that
+/// watch one (ring's) would rebuild, and the next workspace build again.
+const SET_FOR_THIS_TEST: &[&str] = &[
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "OUT_DIR",
+];
+
+fn build_operator() -> Result<PathBuf, String> {
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo.args(["build", "-q", "--message-format=json", "--package=tinycode-operator", "--bin=tinycode-operator"]);
+    cargo.current_dir(repo_root()).stderr(Stdio::inherit());
+    // This test runs from <target>/<profile>/deps/.
+    let exe = std::env::current_exe().ctx("test executable")?;
+    match exe.parent().and_then(Path::parent).and_then(Path::file_name).and_then(|p| p.to_str()) {
+        Some("release") => cargo.arg("--release"),
+        Some(profile) if profile != "debug" => cargo.args(["--profile", profile]),
+        _ => &mut cargo,
+    };
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CARGO_PKG_") || k.starts_with("CARGO_BIN_EXE_") || SET_FOR_THIS_TEST.contains(&&*k) {
+            cargo.env_remove(&key);
+        }
+    }
+    let out = cargo.output().ctx("run cargo build -p tinycode-operator")?;
+    if !out.status.success() {
+        return Err("cargo build -p tinycode-operator failed (see above)".into());
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["target"]["name"] == "tinycode-operator")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| "cargo build -p tinycode-operator named no executable".to_string())
 }
 
 /// Where the real OpenShift CRD schemas are, if this checkout has them.
@@ -82,6 +140,7 @@ pub struct Env {
 impl Env {
     /// Starts (or reuses) the control plane and installs everything.
     pub async fn setup() -> Result<Env, String> {
+        operator_bin()?;
         let script = repo_root().join("hack/local-cluster.sh");
         let tools = Command::new("bash")
             .arg(&script)
@@ -186,7 +245,7 @@ impl Env {
     /// Starts an operator process as the operator's ServiceAccount.
     pub fn spawn_operator(&self, helm: &Path, identity: &str, ports: (u16, u16), log: &Path) -> Result<Child, String> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(log).ctx("operator log")?;
-        Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
+        Command::new(operator_bin()?)
             .arg("run")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

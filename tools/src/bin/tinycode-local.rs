@@ -1,6 +1,7 @@
 //! `tinycode-local`: prepares a bare local kube-apiserver (hack/local-cluster.sh)
-//! for running the operator, as the end-to-end tests do, and can stand in for
-//! the kubelet and the OpenShift router in a local demo. Not shipped in the image.
+//! for running the operator, as the end-to-end tests do, can stand in for
+//! the kubelet and the OpenShift router in a local demo, and writes the OLM
+//! bundle (`make bundle`). Not shipped in the image.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,11 +13,11 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use tinycode_operator::devcluster::{self, BoxError};
 use tinycode_operator::platform::openshift::Route;
+use tinycode_tools::devcluster::{self, BoxError};
 
 #[derive(Parser)]
-#[command(about = "Local control-plane helpers for tinycode-operator development")]
+#[command(about = "tinycode-operator development helpers: local control plane, OLM bundle")]
 struct Args {
     #[command(subcommand)]
     command: Cmd,
@@ -49,19 +50,19 @@ enum Cmd {
         #[arg(long, default_value = "apps.local.test")]
         domain: String,
     },
+    /// Write the OLM bundle (CSV, CRD, metadata, bundle.Dockerfile) generated from the code.
+    Bundle {
+        /// Bundle directory; its manifests/ and metadata/ are replaced.
+        #[arg(long, default_value = "bundle")]
+        out: PathBuf,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    let Some(admin) = std::env::var_os("KUBECONFIG").map(PathBuf::from) else {
-        eprintln!(
-            "error: set KUBECONFIG to the local cluster's admin kubeconfig (eval \"$(hack/local-cluster.sh start)\")"
-        );
-        return ExitCode::from(2);
-    };
-    let result = match args.command {
+    let result = match Args::parse().command {
         Cmd::Setup { platform, openshift_crds, namespace, password, operator_kubeconfig } => {
+            let Some(admin) = local_kubeconfig() else { return ExitCode::from(2) };
             let crds = (platform == "openshift").then_some(openshift_crds);
             setup(&admin, crds, &namespace, &password, &operator_kubeconfig).await.map(|()| {
                 eprintln!(
@@ -70,7 +71,14 @@ async fn main() -> ExitCode {
                 );
             })
         }
-        Cmd::Simulate { domain } => simulate(&domain).await,
+        Cmd::Simulate { domain } => {
+            // Never a cluster picked up from ~/.kube/config: simulate writes status.
+            if local_kubeconfig().is_none() {
+                return ExitCode::from(2);
+            }
+            simulate(&domain).await
+        }
+        Cmd::Bundle { out } => return tinycode_tools::bundle::command(&out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,6 +87,17 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// $KUBECONFIG, which the cluster commands require; says so when it is unset.
+fn local_kubeconfig() -> Option<PathBuf> {
+    let path = std::env::var_os("KUBECONFIG").map(PathBuf::from);
+    if path.is_none() {
+        eprintln!(
+            "error: set KUBECONFIG to the local cluster's admin kubeconfig (eval \"$(hack/local-cluster.sh start)\")"
+        );
+    }
+    path
 }
 
 /// `openshift`: `Some(real CRD directory or None for the stand-ins)`; `None`: plain Kubernetes.

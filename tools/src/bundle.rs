@@ -1,8 +1,8 @@
 //! The OLM bundle (`bundle/`), generated from the same sources as `config/`:
-//! the CRD from the Rust types, the permissions from [`crate::platform::rbac`], the
+//! the CRD from the Rust types, the permissions from [`tinycode_operator::platform::rbac`], the
 //! manager Deployment from `config/manager/manager.yaml`, alm-examples from
-//! `config/samples`. `tinycode-operator bundle --out bundle` writes it and
-//! `tests/bundle.rs` fails when the committed copy drifts.
+//! `config/samples`. `tinycode-local bundle --out bundle` writes it and
+//! `tools/tests/bundle.rs` fails when the committed copy drifts.
 //!
 //! What OLM cannot install stays with the cluster-admin: the three SCCs
 //! (`config/scc/sccs.yaml`; OLM bundles cannot carry SCCs) and the per-namespace
@@ -15,9 +15,10 @@ use base64::Engine;
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use crate::api::{DEFAULT_IMAGE, TinycodeInstance};
-use crate::platform::rbac;
-use crate::platform::scc::ALL_TIERS;
+use tinycode_operator::api::{DEFAULT_IMAGE, TinycodeInstance};
+use tinycode_operator::platform::rbac;
+use tinycode_operator::platform::scc::ALL_TIERS;
+use tinycode_operator::settings::DEFAULT_OPERATOR_NAMESPACE;
 
 /// OLM package name.
 pub const PACKAGE: &str = "tinycode-operator";
@@ -30,22 +31,22 @@ pub const MIN_KUBE_VERSION: &str = "1.25.0";
 pub const OPENSHIFT_VERSIONS: &str = "v4.12";
 const REPOSITORY: &str = "https://github.com/bobbyjohnstx/tinycode-operator";
 
-const MANAGER_YAML: &str = include_str!("../config/manager/manager.yaml");
-const METRICS_SERVICE_YAML: &str = include_str!("../config/manager/service.yaml");
-const USER_ROLES_YAML: &str = include_str!("../config/rbac/user_role.yaml");
-const ICON_SVG: &str = include_str!("../config/manifests/icon.svg");
+const MANAGER_YAML: &str = include_str!("../../config/manager/manager.yaml");
+const METRICS_SERVICE_YAML: &str = include_str!("../../config/manager/service.yaml");
+const USER_ROLES_YAML: &str = include_str!("../../config/rbac/user_role.yaml");
+const ICON_SVG: &str = include_str!("../../config/manifests/icon.svg");
 
 /// Every file in `config/samples`, in alm-examples order (the first is the
-/// one the console pre-fills). tests/bundle.rs checks the list is complete.
+/// one the console pre-fills). tools/tests/bundle.rs checks the list is complete.
 pub const SAMPLES: &[(&str, &str)] = &[
-    ("tinycode_v1alpha1_basic.yaml", include_str!("../config/samples/tinycode_v1alpha1_basic.yaml")),
-    ("tinycode_v1alpha1_vllm.yaml", include_str!("../config/samples/tinycode_v1alpha1_vllm.yaml")),
-    ("tinycode_v1alpha1_ollama.yaml", include_str!("../config/samples/tinycode_v1alpha1_ollama.yaml")),
-    ("tinycode_v1alpha1_git.yaml", include_str!("../config/samples/tinycode_v1alpha1_git.yaml")),
-    ("tinycode_v1alpha1_shared.yaml", include_str!("../config/samples/tinycode_v1alpha1_shared.yaml")),
-    ("tinycode_v1alpha1_clusteradmin.yaml", include_str!("../config/samples/tinycode_v1alpha1_clusteradmin.yaml")),
-    ("tinycode_v1alpha1_hostpath.yaml", include_str!("../config/samples/tinycode_v1alpha1_hostpath.yaml")),
-    ("tinycode_v1alpha1_shell.yaml", include_str!("../config/samples/tinycode_v1alpha1_shell.yaml")),
+    ("tinycode_v1alpha1_basic.yaml", include_str!("../../config/samples/tinycode_v1alpha1_basic.yaml")),
+    ("tinycode_v1alpha1_vllm.yaml", include_str!("../../config/samples/tinycode_v1alpha1_vllm.yaml")),
+    ("tinycode_v1alpha1_ollama.yaml", include_str!("../../config/samples/tinycode_v1alpha1_ollama.yaml")),
+    ("tinycode_v1alpha1_git.yaml", include_str!("../../config/samples/tinycode_v1alpha1_git.yaml")),
+    ("tinycode_v1alpha1_shared.yaml", include_str!("../../config/samples/tinycode_v1alpha1_shared.yaml")),
+    ("tinycode_v1alpha1_clusteradmin.yaml", include_str!("../../config/samples/tinycode_v1alpha1_clusteradmin.yaml")),
+    ("tinycode_v1alpha1_hostpath.yaml", include_str!("../../config/samples/tinycode_v1alpha1_hostpath.yaml")),
+    ("tinycode_v1alpha1_shell.yaml", include_str!("../../config/samples/tinycode_v1alpha1_shell.yaml")),
 ];
 
 /// One generated file, relative to the bundle directory.
@@ -355,7 +356,7 @@ fn icon_base64() -> String {
 
 /// The ClusterServiceVersion.
 pub fn cluster_service_version() -> Value {
-    let version = env!("CARGO_PKG_VERSION");
+    let version = tinycode_operator::VERSION;
     let image = operator_image();
     let examples = serde_json::to_string_pretty(&alm_examples()).expect("examples serialise");
     let cluster_rules = serde_json::to_value(rbac::cluster_role().rules.unwrap_or_default()).expect("rules");
@@ -364,10 +365,9 @@ pub fn cluster_service_version() -> Value {
         .as_str()
         .expect("manager.yaml names a serviceAccountName")
         .to_string();
-    let leader_rules = serde_json::to_value(
-        rbac::leader_election_role(crate::devcluster::OPERATOR_NAMESPACE).rules.unwrap_or_default(),
-    )
-    .expect("rules");
+    let leader_rules =
+        serde_json::to_value(rbac::leader_election_role(DEFAULT_OPERATOR_NAMESPACE).rules.unwrap_or_default())
+            .expect("rules");
     let crd = TinycodeInstance::crd();
     let owned_resources = json!([
         {"kind": "Deployment", "name": "", "version": "v1"},
@@ -392,7 +392,7 @@ pub fn cluster_service_version() -> Value {
                 "categories": "AI/Machine Learning,Developer Tools",
                 "containerImage": image,
                 "description": "Installs and manages tinycode AI coding assistant instances on OpenShift",
-                "operatorframework.io/suggested-namespace": crate::devcluster::OPERATOR_NAMESPACE,
+                "operatorframework.io/suggested-namespace": DEFAULT_OPERATOR_NAMESPACE,
                 "repository": REPOSITORY,
                 "support": "tinycode-operator maintainers",
             },
@@ -425,7 +425,7 @@ pub fn cluster_service_version() -> Value {
             "customresourcedefinitions": {
                 "owned": [{
                     "name": crd.metadata.name.clone().expect("crd name"),
-                    "version": crate::api::VERSION,
+                    "version": tinycode_operator::api::VERSION,
                     "kind": crd.spec.names.kind.clone(),
                     "displayName": "Tinycode Instance",
                     "description": "One tinycode AI coding assistant: a Helm release of the bundled chart, a Route and an SCC grant",
@@ -483,7 +483,7 @@ fn manifest_file_name(v: &Value) -> String {
 /// Every file of the bundle directory, in a stable order.
 pub fn files() -> Vec<BundleFile> {
     let mut out = Vec::new();
-    let header = "# Generated by `tinycode-operator bundle` (make bundle); do not edit.\n";
+    let header = "# Generated by `tinycode-local bundle` (make bundle); do not edit.\n";
     out.push(BundleFile {
         path: format!("manifests/{PACKAGE}.clusterserviceversion.yaml"),
         content: format!("{header}{}", yaml(&cluster_service_version())),
@@ -500,13 +500,8 @@ pub fn files() -> Vec<BundleFile> {
     // binds instances to, the discovery ClusterRole bound per namespace, and
     // the self-service user roles.
     let mut extras = vec![strip_namespace(one_doc(METRICS_SERVICE_YAML, "config/manager/service.yaml"))];
-    for tier in ALL_TIERS {
-        let mut role = serde_json::to_value(tier.use_role()).expect("role");
-        role["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-        role["kind"] = "ClusterRole".into();
-        extras.push(role);
-    }
-    extras.push(crate::platform::rbac::discovery_cluster_role_manifest());
+    extras.extend(ALL_TIERS.map(|tier| tier.use_role_manifest()));
+    extras.push(rbac::discovery_cluster_role_manifest());
     extras.extend(parse_yaml_docs(USER_ROLES_YAML, "config/rbac/user_role.yaml"));
     for obj in extras {
         out.push(BundleFile { path: manifest_file_name(&obj), content: format!("{header}{}", yaml(&obj)) });
@@ -521,7 +516,7 @@ pub fn files() -> Vec<BundleFile> {
         content: format!("{header}{}", yaml(&json!({"annotations": ann}))),
     });
     let mut dockerfile = String::from(
-        "# Generated by `tinycode-operator bundle` (make bundle); do not edit.\n\
+        "# Generated by `tinycode-local bundle` (make bundle); do not edit.\n\
          # The OLM bundle image: build from the bundle directory, `make bundle-build`.\n\
          FROM scratch\n\n",
     );
@@ -553,7 +548,7 @@ pub fn write(out: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// `tinycode-operator bundle --out DIR`.
+/// `tinycode-local bundle --out DIR`.
 pub fn command(out: &Path) -> ExitCode {
     match write(out) {
         Ok(paths) => {

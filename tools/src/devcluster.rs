@@ -17,16 +17,19 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt};
 use serde_json::json;
 
-use crate::api::TinycodeInstance;
-use crate::platform::openshift::{self, SecurityContextConstraints};
-use crate::platform::rbac;
-use crate::platform::scc::ALL_TIERS;
+use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::platform::openshift::{self, SecurityContextConstraints};
+use tinycode_operator::platform::rbac;
+use tinycode_operator::platform::scc::ALL_TIERS;
+use tinycode_operator::reconcile::approval;
+use tinycode_operator::settings;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const MANAGER: &str = "tinycode-local-setup";
-pub const OPERATOR_NAMESPACE: &str = "tinycode-operator-system";
-pub const OPERATOR_SERVICE_ACCOUNT: &str = "tinycode-operator-manager";
+/// Where the operator is installed: its defaults, as `hack/install.sh` installs it.
+pub const OPERATOR_NAMESPACE: &str = settings::DEFAULT_OPERATOR_NAMESPACE;
+pub const OPERATOR_SERVICE_ACCOUNT: &str = settings::DEFAULT_OPERATOR_SERVICE_ACCOUNT;
 
 fn pp() -> PatchParams {
     PatchParams::apply(MANAGER).force()
@@ -90,8 +93,7 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         if has_sccs {
             sccs.patch(&tier.scc_name(), &pp(), &Patch::Apply(&openshift::scc_manifest(&tier.scc()))).await?;
         }
-        let role = with_type(tier.use_role(), "ClusterRole");
-        roles.patch(&tier.use_cluster_role(), &pp(), &Patch::Apply(&role)).await?;
+        roles.patch(&tier.use_cluster_role(), &pp(), &Patch::Apply(tier.use_role_manifest())).await?;
     }
     apply_named::<Namespace>(
         client,
@@ -108,11 +110,7 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         .await?;
     roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
     roles
-        .patch(
-            crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE,
-            &pp(),
-            &Patch::Apply(rbac::discovery_cluster_role_manifest()),
-        )
+        .patch(approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
         .await?;
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },
@@ -124,7 +122,7 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         subjects: Some(vec![operator_subject()]),
     };
     Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(with_type(binding, "ClusterRoleBinding")))
+        .patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(manifest(&binding)))
         .await?;
     Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .patch(
@@ -147,7 +145,7 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         subjects: Some(vec![operator_subject()]),
     };
     Api::<RoleBinding>::namespaced(client.clone(), OPERATOR_NAMESPACE)
-        .patch(rbac::LEADER_ELECTION_ROLE, &pp(), &Patch::Apply(with_type(le_binding, "RoleBinding")))
+        .patch(rbac::LEADER_ELECTION_ROLE, &pp(), &Patch::Apply(manifest(&le_binding)))
         .await?;
     Ok(())
 }
@@ -180,9 +178,7 @@ pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
         }]),
         ..Default::default()
     };
-    roles
-        .patch("tinycode-local:openshift-routes-admin", &pp(), &Patch::Apply(with_type(routes_role, "ClusterRole")))
-        .await?;
+    roles.patch("tinycode-local:openshift-routes-admin", &pp(), &Patch::Apply(manifest(&routes_role))).await?;
 
     // Aggregated roles feed each other (edit aggregates into admin), so
     // repeat until nothing changes, as the controller would converge.
@@ -242,7 +238,7 @@ pub async fn prepare_namespace(client: &Client, ns: &str, password: Option<&str>
         subjects: Some(vec![operator_subject()]),
     };
     Api::<RoleBinding>::namespaced(client.clone(), ns)
-        .patch("tinycode-operator-admin", &pp(), &Patch::Apply(with_type(rb, "RoleBinding")))
+        .patch("tinycode-operator-admin", &pp(), &Patch::Apply(manifest(&rb)))
         .await?;
     if let Some(pw) = password {
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tinycode-password", "namespace": ns},
@@ -303,14 +299,11 @@ fn operator_subject() -> Subject {
     }
 }
 
-fn with_type<T: serde::Serialize>(obj: T, kind: &str) -> serde_json::Value {
+/// A typed object as an apply patch: with its apiVersion and kind.
+fn manifest<K: k8s_openapi::Resource + serde::Serialize>(obj: &K) -> serde_json::Value {
     let mut v = serde_json::to_value(obj).expect("serialises");
-    let api_version = match kind {
-        "Namespace" | "Secret" | "ServiceAccount" => "v1",
-        _ => "rbac.authorization.k8s.io/v1",
-    };
-    v["apiVersion"] = api_version.into();
-    v["kind"] = kind.into();
+    v["apiVersion"] = K::API_VERSION.into();
+    v["kind"] = K::KIND.into();
     v
 }
 

@@ -28,8 +28,8 @@ use local_cluster::{local_cluster, value_of};
 use serde::Deserialize;
 use serde_json::Value;
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::devcluster;
 use tinycode_operator::platform::openshift::SecurityContextConstraints;
+use tinycode_tools::devcluster;
 
 const OPERATOR_NS: &str = "tinycode-operator-system";
 const CRD: &str = "tinycodeinstances.tinycode.dev";
@@ -44,8 +44,9 @@ const CLUSTER_ROLES: &[&str] = &[
 ];
 const SCCS: &[&str] = &["tinycode-restricted", "tinycode-hostpath", "tinycode-shell"];
 
+/// The repository (and workspace) root, one above this crate.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository").to_path_buf()
 }
 
 struct Cluster {
