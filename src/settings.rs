@@ -36,7 +36,7 @@ pub struct Settings {
     pub lease_duration: Duration,
     pub ollama_image: String,
     pub ollama_models_size: String,
-    pub probes: crate::vllm::ProbeSettings,
+    pub probes: ProbeSettings,
     /// OpenShift (Routes, SCCs) or plain Kubernetes (Ingress, Pod Security); detected at start-up.
     pub platform: crate::platform::Platform,
     /// `--platform`: auto (detect) or forced.
@@ -65,11 +65,33 @@ impl Default for Settings {
             lease_duration: Duration::from_secs(15),
             ollama_image: "docker.io/ollama/ollama:latest".into(),
             ollama_models_size: "20Gi".into(),
-            probes: crate::vllm::ProbeSettings::default(),
+            probes: ProbeSettings::default(),
             platform: crate::platform::Platform::OPENSHIFT,
             platform_choice: crate::platform::PlatformChoice::Auto,
             ingress: crate::render::ingress::IngressSettings::default(),
             ingress_namespace: "ingress-nginx".into(),
+        }
+    }
+}
+
+/// How probes behave (operator settings).
+#[derive(Clone, Debug)]
+pub struct ProbeSettings {
+    pub timeout: Duration,
+    pub max_body: usize,
+    /// Allow loopback targets (local stand-ins in tests); off in production.
+    pub allow_loopback: bool,
+    /// How long a probe result is reused before the server is asked again.
+    pub cache_ttl: Duration,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(3),
+            max_body: 1 << 20,
+            allow_loopback: false,
+            cache_ttl: Duration::from_secs(300),
         }
     }
 }

@@ -93,6 +93,15 @@ pub fn check_pod_security(namespace: &str, tier: SccTier, labels: &BTreeMap<Stri
     ))
 }
 
+/// A typed object as a manifest to apply or print: serialised, with its
+/// apiVersion and kind (which typed objects do not carry as fields).
+pub fn manifest<K: kube::Resource<DynamicType = ()> + serde::Serialize>(obj: &K) -> serde_json::Value {
+    let mut v = serde_json::to_value(obj).expect("typed objects serialise");
+    v["apiVersion"] = K::api_version(&()).into();
+    v["kind"] = K::kind(&()).into();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,10 +156,7 @@ impl Resource for SecurityContextConstraints {
 
 /// Serialises an SCC with its apiVersion and kind, ready to apply.
 pub fn scc_manifest(scc: &SecurityContextConstraints) -> serde_json::Value {
-    let mut v = serde_json::to_value(scc).expect("SCC serialises");
-    v["apiVersion"] = "security.openshift.io/v1".into();
-    v["kind"] = "SecurityContextConstraints".into();
-    v
+    crate::platform::manifest(scc)
 }
 
 /// CRDs standing in for the OpenShift APIs on a plain kube-apiserver (local runs

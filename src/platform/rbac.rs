@@ -232,10 +232,7 @@ pub fn discovery_cluster_role_manifest() -> serde_json::Value {
         rules: Some(rules(DISCOVERY_PERMISSIONS)),
         ..Default::default()
     };
-    let mut v = serde_json::to_value(role).expect("role serialises");
-    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-    v["kind"] = "ClusterRole".into();
-    v
+    crate::platform::manifest(&role)
 }
 
 fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
@@ -269,10 +266,7 @@ pub fn leader_election_role(namespace: &str) -> Role {
 
 /// The leader-election Role as a manifest.
 pub fn leader_election_role_manifest(namespace: &str) -> serde_json::Value {
-    let mut v = serde_json::to_value(leader_election_role(namespace)).expect("role serialises");
-    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-    v["kind"] = "Role".into();
-    v
+    crate::platform::manifest(&leader_election_role(namespace))
 }
 
 /// The operator's ClusterRole, generated from [`PERMISSIONS`].
@@ -290,10 +284,7 @@ pub fn cluster_role() -> ClusterRole {
 
 /// The ClusterRole as a manifest with apiVersion and kind.
 pub fn cluster_role_manifest() -> serde_json::Value {
-    let mut v = serde_json::to_value(cluster_role()).expect("role serialises");
-    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-    v["kind"] = "ClusterRole".into();
-    v
+    crate::platform::manifest(&cluster_role())
 }
 
 #[cfg(test)]

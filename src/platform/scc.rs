@@ -170,22 +170,8 @@ impl SccTier {
 
     /// [`Self::use_role`] as a manifest with apiVersion and kind.
     pub fn use_role_manifest(self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self.use_role()).expect("role serialises");
-        v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-        v["kind"] = "ClusterRole".into();
-        v
+        crate::platform::manifest(&self.use_role())
     }
-}
-
-/// Labels the operator puts on objects it writes itself.
-pub fn instance_labels(name: &str, component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".into(), "tinycode".into()),
-        ("app.kubernetes.io/instance".into(), name.into()),
-        ("app.kubernetes.io/managed-by".into(), "tinycode-operator".into()),
-        ("app.kubernetes.io/part-of".into(), "tinycode-operator".into()),
-        ("app.kubernetes.io/component".into(), component.into()),
-    ])
 }
 
 /// The RoleBinding that lets the instance's ServiceAccount use its tier's SCC.
@@ -194,7 +180,7 @@ pub fn grant(name: &str, namespace: &str, tier: SccTier, owner: OwnerReference) 
         metadata: ObjectMeta {
             name: Some(naming::scc_grant(name, tier.as_str())),
             namespace: Some(namespace.into()),
-            labels: Some(instance_labels(name, "scc-grant")),
+            labels: Some(naming::instance_labels(name, "scc-grant")),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },

@@ -224,7 +224,7 @@ fn password_secret(secret: &str, password: &str, ns: &str, name: &str, owner: &O
         metadata: ObjectMeta {
             name: Some(secret.into()),
             namespace: Some(ns.into()),
-            labels: Some(scc::instance_labels(name, "auth")),
+            labels: Some(naming::instance_labels(name, "auth")),
             owner_references: Some(vec![owner.clone()]),
             ..Default::default()
         },
@@ -240,7 +240,7 @@ fn kubeconfig_copy(valid: &ValidInstance, observed: &Observed, owner: &OwnerRefe
         metadata: ObjectMeta {
             name: Some(naming::kubeconfig_copy(&valid.name)),
             namespace: Some(valid.namespace.clone()),
-            labels: Some(scc::instance_labels(&valid.name, "cluster-admin")),
+            labels: Some(naming::instance_labels(&valid.name, "cluster-admin")),
             owner_references: Some(vec![owner.clone()]),
             ..Default::default()
         },

@@ -11,8 +11,8 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{TinycodeInstanceSpec, TlsTermination};
-use crate::platform::scc::instance_labels;
 use crate::render::naming;
+use crate::render::naming::instance_labels;
 
 /// Cluster-admin settings for Ingresses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

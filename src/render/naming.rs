@@ -2,6 +2,8 @@
 //! namespace and name so that re-creating an instance finds its old objects
 //! (kept PVCs, the Helm release) and two namespaces never collide.
 
+use std::collections::BTreeMap;
+
 use sha2::{Digest, Sha256};
 
 /// Helm refuses release names longer than this.
@@ -152,6 +154,17 @@ fn shorten(full: &str, max: usize, key: &str) -> String {
     let keep = max - 9;
     let head = full[..keep].trim_end_matches(['-', '.']);
     format!("{head}-{}", &digest[..8])
+}
+
+/// Labels the operator puts on objects it writes itself.
+pub fn instance_labels(name: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "tinycode".into()),
+        ("app.kubernetes.io/instance".into(), name.into()),
+        ("app.kubernetes.io/managed-by".into(), "tinycode-operator".into()),
+        ("app.kubernetes.io/part-of".into(), "tinycode-operator".into()),
+        ("app.kubernetes.io/component".into(), component.into()),
+    ])
 }
 
 #[cfg(test)]

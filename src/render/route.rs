@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::{TinycodeInstanceSpec, TlsTermination};
 use crate::platform::openshift::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
-use crate::platform::scc::instance_labels;
 use crate::render::naming;
+use crate::render::naming::instance_labels;
 
 /// The desired Route for an instance.
 pub fn build(name: &str, namespace: &str, spec: &TinycodeInstanceSpec, owner: OwnerReference) -> Route {

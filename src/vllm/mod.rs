@@ -26,27 +26,7 @@ pub const MIN_CONTEXT: i64 = 16384;
 /// Most entries the probe cache holds; the oldest goes first when full.
 pub const CACHE_CAPACITY: usize = 1024;
 
-/// How probes behave (operator settings).
-#[derive(Clone, Debug)]
-pub struct ProbeSettings {
-    pub timeout: Duration,
-    pub max_body: usize,
-    /// Allow loopback targets (local stand-ins in tests); off in production.
-    pub allow_loopback: bool,
-    /// How long a probe result is reused before the server is asked again.
-    pub cache_ttl: Duration,
-}
-
-impl Default for ProbeSettings {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(3),
-            max_body: 1 << 20,
-            allow_loopback: false,
-            cache_ttl: Duration::from_secs(300),
-        }
-    }
-}
+pub use crate::settings::ProbeSettings;
 
 /// Refuses URLs that point at the node itself, a link-local neighbour or a
 /// cloud metadata service, and URLs carrying user-info, a query or a

@@ -19,8 +19,8 @@ use serde_json::json;
 
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::platform::openshift::{self, SecurityContextConstraints};
-use tinycode_operator::platform::rbac;
 use tinycode_operator::platform::scc::ALL_TIERS;
+use tinycode_operator::platform::{manifest, rbac};
 use tinycode_operator::reconcile::approval;
 use tinycode_operator::settings;
 
@@ -297,14 +297,6 @@ fn operator_subject() -> Subject {
         namespace: Some(OPERATOR_NAMESPACE.into()),
         ..Default::default()
     }
-}
-
-/// A typed object as an apply patch: with its apiVersion and kind.
-fn manifest<K: k8s_openapi::Resource + serde::Serialize>(obj: &K) -> serde_json::Value {
-    let mut v = serde_json::to_value(obj).expect("serialises");
-    v["apiVersion"] = K::API_VERSION.into();
-    v["kind"] = K::KIND.into();
-    v
 }
 
 async fn apply_named<K>(client: &Client, name: &str, obj: serde_json::Value) -> Result<(), BoxError>
