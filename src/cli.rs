@@ -166,9 +166,32 @@ pub struct RunArgs {
     /// Hold a Lease in the operator namespace so only one replica reconciles.
     #[arg(long, global = true, env = "TINYCODE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
-    /// Seconds a leader lease lasts without renewal.
+    /// Seconds a standby waits, after it last saw the leader lease change, before taking it over.
     #[arg(long, global = true, env = "TINYCODE_LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u64,
+    /// Seconds the leader goes on without a successful renewal before it stops
+    /// reconciling and exits; shorter than the lease duration [default: two thirds of it].
+    #[arg(long, global = true, env = "TINYCODE_LEASE_RENEW_DEADLINE_SECONDS")]
+    pub lease_renew_deadline_seconds: Option<u64>,
+    /// Seconds between two renewals of the leader lease (or two attempts to
+    /// take it) [default: two fifteenths of the lease duration].
+    #[arg(long, global = true, env = "TINYCODE_LEASE_RETRY_PERIOD_SECONDS")]
+    pub lease_retry_period_seconds: Option<u64>,
+}
+
+impl RunArgs {
+    /// The leader election timings, checked.
+    pub fn lease_timings(&self) -> Result<crate::leader::Timings, String> {
+        let derived = crate::leader::Timings::for_lease(Duration::from_secs(self.lease_duration_seconds));
+        crate::leader::Timings::new(
+            derived.lease_duration,
+            self.lease_renew_deadline_seconds.map_or(derived.renew_deadline, Duration::from_secs),
+            self.lease_retry_period_seconds.map_or(derived.retry_period, Duration::from_secs),
+        )
+        .map_err(|e| {
+            format!("--lease-duration-seconds, --lease-renew-deadline-seconds, --lease-retry-period-seconds: {e}")
+        })
+    }
 }
 
 impl SettingsArgs {
@@ -231,6 +254,9 @@ impl SettingsArgs {
             },
             ingress_namespace: self.ingress_namespace.clone(),
             platform_choice: self.platform,
+            // Both set by `run` once this process leads.
+            lease_duration: crate::leader::Timings::default().lease_duration,
+            leading_since: std::time::Instant::now(),
         })
     }
 }
@@ -384,6 +410,13 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
+    let timings = match args.lease_timings() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid leader election timings");
+            return ExitCode::from(2);
+        }
+    };
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
@@ -436,43 +469,21 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     }
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
-    let elector = args.leader_elect.then(|| {
-        crate::leader::Elector::new(
-            client.clone(),
-            &settings.operator_namespace,
-            identity.clone(),
-            Duration::from_secs(args.lease_duration_seconds.max(3)),
-        )
-    });
-    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let elector = args
+        .leader_elect
+        .then(|| crate::leader::Elector::new(client.clone(), &settings.operator_namespace, identity.clone(), timings));
+    // When the term of the lease acquired starts (see crate::leader).
+    let mut renewed = tokio::time::Instant::now();
     if let Some(elector) = &elector {
         let mut stop = stop_rx.clone();
-        let mut logged = false;
-        loop {
-            match elector.try_acquire().await {
-                Ok(true) => break,
-                Ok(false) if !logged => {
-                    tracing::info!(identity = %identity, lease = crate::leader::LEASE_NAME, "standing by: another replica is the leader");
-                    logged = true;
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot read the leader lease"),
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                _ = async { let _ = stop.wait_for(|s| *s).await; } => return ExitCode::SUCCESS,
-            }
+        tokio::select! {
+            sent = elector.acquire() => renewed = sent,
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => return ExitCode::SUCCESS,
         }
         tracing::info!(identity = %identity, "became the leader");
-        let elector = elector.clone();
-        let stop_tx = stop_tx.clone();
-        let lost = lost.clone();
-        tokio::spawn(async move {
-            elector.hold().await;
-            lost.store(true, Ordering::Relaxed);
-            let _ = stop_tx.send(true);
-        });
     }
+    settings.lease_duration = timings.lease_duration;
+    settings.leading_since = renewed.into_std();
     health.leader.store(true, Ordering::Relaxed);
 
     // The APIs can change under a running operator (the OpenShift APIs
@@ -520,10 +531,19 @@ async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
         let _ = stop.wait_for(|s| *s).await;
     };
     let opts = crate::controller::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
-    crate::controller::run(ctx, opts, health, shutdown).await;
-    if lost.load(Ordering::Relaxed) {
-        tracing::error!("stopped after losing the leader lease");
-        return ExitCode::from(1);
+    let controller = crate::controller::run(ctx, opts, health.clone(), shutdown);
+    match &elector {
+        // On a loss `lead` has dropped the controller: its reconcile tasks are
+        // aborted and a running helm is killed. Exit; the Deployment restarts
+        // this replica, which then stands by.
+        Some(elector) => {
+            if let Err(lost) = elector.lead(renewed, controller).await {
+                health.leader.store(false, Ordering::Relaxed);
+                tracing::error!(reason = %lost, "lost the leader lease: stopped reconciling; exiting");
+                return ExitCode::from(1);
+            }
+        }
+        None => controller.await,
     }
     if platform_changed.load(Ordering::Relaxed) {
         if let Some(elector) = &elector {
@@ -586,6 +606,10 @@ mod tests {
             "false",
             "--lease-duration-seconds",
             "7",
+            "--lease-renew-deadline-seconds",
+            "5",
+            "--lease-retry-period-seconds",
+            "1",
             "--watch-namespace",
             "team-a",
             "--helm-bin",
@@ -603,11 +627,26 @@ mod tests {
         assert_eq!(cli.run.concurrency, 2);
         assert!(!cli.run.leader_elect);
         assert_eq!(cli.run.lease_duration_seconds, 7);
+        let t = cli.run.lease_timings().unwrap();
+        assert_eq!(
+            (t.lease_duration, t.renew_deadline, t.retry_period),
+            (Duration::from_secs(7), Duration::from_secs(5), Duration::from_secs(1))
+        );
         assert_eq!(cli.run.watch_namespace, "team-a");
         assert_eq!(cli.settings.helm_bin, PathBuf::from("/opt/helm"));
         assert_eq!(cli.settings.allowed_registries, ["a.example", "b.example"]);
         assert_eq!(cli.settings.allowed_cluster_roles, ["view", "edit"]);
         assert_eq!(cli.settings.operator_namespace, "ops");
+    }
+
+    #[test]
+    fn the_renew_deadline_must_be_shorter_than_the_lease() {
+        assert_eq!(parse(&["run"]).run.lease_timings().unwrap(), crate::leader::Timings::default());
+        let six = parse(&["run", "--lease-duration-seconds", "6"]).run.lease_timings().unwrap();
+        assert_eq!(six, crate::leader::Timings::for_lease(Duration::from_secs(6)), "derived from the lease");
+        let cli = parse(&["run", "--lease-duration-seconds", "10", "--lease-renew-deadline-seconds", "10"]);
+        let err = cli.run.lease_timings().unwrap_err();
+        assert!(err.contains("shorter than the lease duration"), "{err}");
     }
 
     #[test]

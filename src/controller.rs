@@ -705,9 +705,13 @@ async fn ensure_release(
 
     // A pending record nobody is working on is left over from an interrupted
     // run (the operator was killed mid-upgrade): drop it so helm can proceed.
+    let pending_check = release::PendingCheck::now(&ctx.helm, &ctx.settings, storage_ns, release_name);
     if !ctx.helm.is_running(storage_ns, release_name) {
         let stale: Vec<_> = records.iter().filter(|r| r.is_pending()).cloned().collect();
         for r in &stale {
+            if !release::may_discard_pending(r, &pending_check) {
+                return Err(Error::blocked("HelmOperationPending", pending_check.wait_message(r)));
+            }
             tracing::warn!(release = release_name, revision = r.version, status = %r.status, "removing an interrupted helm operation");
             delete_ignoring_missing(&records_api, &r.secret_name).await?;
             ctx.event(inst, EventType::Warning, "HelmRecovered", "Helm", format!("revision {} of release {release_name} was left {} by an interrupted run; it was discarded and the release re-applied", r.version, r.status)).await;

@@ -11,6 +11,11 @@
 //! holds with the operator's rights. Every template names its objects'
 //! namespace itself. `--no-hooks` on every action: the chart has none, so a
 //! hook can only come from a record nobody should trust.
+//!
+//! Every upgrade labels its release record with a mark random to this
+//! process (`--labels`, [`crate::release::WRITER_LABEL`]), so a pending record
+//! this process left behind is told from one another replica may still be
+//! writing ([`crate::release::may_discard_pending`]).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -61,6 +66,9 @@ pub struct Helm {
     running: Arc<Mutex<HashSet<String>>>,
     shutdown: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
+    /// Random per process; every record this process's upgrades write carries
+    /// it in the label [`crate::release::WRITER_LABEL`].
+    writer: Arc<str>,
 }
 
 /// Marks a release busy for as long as it lives.
@@ -87,7 +95,13 @@ impl Helm {
     ) -> std::io::Result<Self> {
         // Helm wants writable cache/config dirs; the manager's root filesystem is read-only.
         let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
-        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default(), shutdown, metrics })
+        let writer = crate::secret::random_password(20).map_err(std::io::Error::other)?.into();
+        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default(), shutdown, metrics, writer })
+    }
+
+    /// This process's mark on the release records it writes.
+    pub fn writer(&self) -> &str {
+        &self.writer
     }
 
     /// Whether this process is running helm for the release right now.
@@ -115,6 +129,7 @@ impl Helm {
         file.flush().map_err(HelmError::ValuesFile)?;
         let values_path = file.path().to_string_lossy().into_owned();
         let chart = self.chart.to_string_lossy().into_owned();
+        let writer = format!("{}={}", crate::release::WRITER_LABEL, self.writer);
         let mut args = vec![
             "upgrade",
             "--install",
@@ -127,6 +142,8 @@ impl Helm {
             "--history-max",
             HISTORY_MAX,
             "--no-hooks",
+            "--labels",
+            &writer,
             "--output",
             "json",
         ];

@@ -38,6 +38,11 @@ pub struct Settings {
     /// Namespace of the ingress controller, the only one (with the instance's own)
     /// whose pods reach the UI where there is no OpenShift router.
     pub ingress_namespace: String,
+    /// Leader lease duration: a pending helm record younger than this that
+    /// this process did not write is left alone ([`crate::release::may_discard_pending`]).
+    pub lease_duration: Duration,
+    /// When this process became the leader (when it started, without leader election).
+    pub leading_since: std::time::Instant,
 }
 
 impl Default for Settings {
@@ -61,6 +66,8 @@ impl Default for Settings {
             platform_choice: crate::platform::PlatformChoice::Auto,
             ingress: crate::ingress::IngressSettings::default(),
             ingress_namespace: "ingress-nginx".into(),
+            lease_duration: crate::leader::Timings::default().lease_duration,
+            leading_since: std::time::Instant::now(),
         }
     }
 }
