@@ -160,9 +160,32 @@ pub struct RunArgs {
     /// Hold a Lease in the operator namespace so only one replica reconciles.
     #[arg(long, global = true, env = "TINYCODE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
-    /// Seconds a leader lease lasts without renewal.
+    /// Seconds a standby waits, after it last saw the leader lease change, before taking it over.
     #[arg(long, global = true, env = "TINYCODE_LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u64,
+    /// Seconds the leader goes on without a successful renewal before it stops
+    /// reconciling and exits; shorter than the lease duration [default: two thirds of it].
+    #[arg(long, global = true, env = "TINYCODE_LEASE_RENEW_DEADLINE_SECONDS")]
+    pub lease_renew_deadline_seconds: Option<u64>,
+    /// Seconds between two renewals of the leader lease (or two attempts to
+    /// take it) [default: two fifteenths of the lease duration].
+    #[arg(long, global = true, env = "TINYCODE_LEASE_RETRY_PERIOD_SECONDS")]
+    pub lease_retry_period_seconds: Option<u64>,
+}
+
+impl RunArgs {
+    /// The leader election timings, checked.
+    pub fn lease_timings(&self) -> Result<crate::ops::leader::Timings, String> {
+        let derived = crate::ops::leader::Timings::for_lease(Duration::from_secs(self.lease_duration_seconds));
+        crate::ops::leader::Timings::new(
+            derived.lease_duration,
+            self.lease_renew_deadline_seconds.map_or(derived.renew_deadline, Duration::from_secs),
+            self.lease_retry_period_seconds.map_or(derived.retry_period, Duration::from_secs),
+        )
+        .map_err(|e| {
+            format!("--lease-duration-seconds, --lease-renew-deadline-seconds, --lease-retry-period-seconds: {e}")
+        })
+    }
 }
 
 impl SettingsArgs {
@@ -198,7 +221,6 @@ impl SettingsArgs {
             chart_digest: crate::helm::digest::chart_digest(&self.chart_path).unwrap_or_default(),
             max_retries: self.max_retries,
             blocked_requeue: Duration::from_secs(self.blocked_requeue_seconds),
-            lease_duration: Duration::from_secs(15),
             ollama_image: self.ollama_image.clone(),
             ollama_models_size: self.ollama_models_size.clone(),
             probes: crate::vllm::ProbeSettings {
@@ -226,6 +248,9 @@ impl SettingsArgs {
             },
             ingress_namespace: self.ingress_namespace.clone(),
             platform_choice: self.platform,
+            // Both set by `run` once this process leads.
+            lease_duration: crate::ops::leader::Timings::default().lease_duration,
+            leading_since: std::time::Instant::now(),
         })
     }
 }
@@ -363,12 +388,17 @@ fn run(settings: Settings, args: RunArgs) -> ExitCode {
     runtime.block_on(run_async(settings, args))
 }
 
-async fn run_async(mut settings: Settings, args: RunArgs) -> ExitCode {
+async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
-    settings.lease_duration = Duration::from_secs(args.lease_duration_seconds.max(3));
-
+    let timings = match args.lease_timings() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid leader election timings");
+            return ExitCode::from(2);
+        }
+    };
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
@@ -424,42 +454,20 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> ExitCode {
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
     let elector = args.leader_elect.then(|| {
-        crate::ops::leader::Elector::new(
-            client.clone(),
-            &settings.operator_namespace,
-            identity.clone(),
-            Duration::from_secs(args.lease_duration_seconds.max(3)),
-        )
+        crate::ops::leader::Elector::new(client.clone(), &settings.operator_namespace, identity.clone(), timings)
     });
-    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // When the term of the lease acquired starts (see crate::leader).
+    let mut renewed = tokio::time::Instant::now();
     if let Some(elector) = &elector {
         let mut stop = stop_rx.clone();
-        let mut logged = false;
-        loop {
-            match elector.try_acquire().await {
-                Ok(true) => break,
-                Ok(false) if !logged => {
-                    tracing::info!(identity = %identity, lease = crate::ops::leader::LEASE_NAME, "standing by: another replica is the leader");
-                    logged = true;
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot read the leader lease"),
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                _ = async { let _ = stop.wait_for(|s| *s).await; } => return ExitCode::SUCCESS,
-            }
+        tokio::select! {
+            sent = elector.acquire() => renewed = sent,
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => return ExitCode::SUCCESS,
         }
         tracing::info!(identity = %identity, "became the leader");
-        let elector = elector.clone();
-        let stop_tx = stop_tx.clone();
-        let lost = lost.clone();
-        tokio::spawn(async move {
-            elector.hold().await;
-            lost.store(true, Ordering::Relaxed);
-            let _ = stop_tx.send(true);
-        });
     }
+    settings.lease_duration = timings.lease_duration;
+    settings.leading_since = renewed.into_std();
     health.leader.store(true, Ordering::Relaxed);
 
     // The APIs can change under a running operator (the OpenShift APIs
@@ -506,10 +514,19 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> ExitCode {
         let _ = stop.wait_for(|s| *s).await;
     };
     let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
-    crate::reconcile::run(client, settings, helm, metrics, opts, health, shutdown).await;
-    if lost.load(Ordering::Relaxed) {
-        tracing::error!("stopped after losing the leader lease");
-        return ExitCode::from(1);
+    let controller = crate::reconcile::run(client, settings, helm, metrics, opts, health.clone(), shutdown);
+    match &elector {
+        // On a loss `lead` has dropped the controller: its reconcile tasks are
+        // aborted and a running helm is killed. Exit; the Deployment restarts
+        // this replica, which then stands by.
+        Some(elector) => {
+            if let Err(lost) = elector.lead(renewed, controller).await {
+                health.leader.store(false, Ordering::Relaxed);
+                tracing::error!(reason = %lost, "lost the leader lease: stopped reconciling; exiting");
+                return ExitCode::from(1);
+            }
+        }
+        None => controller.await,
     }
     if platform_changed.load(Ordering::Relaxed) {
         if let Some(elector) = &elector {

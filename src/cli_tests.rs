@@ -28,6 +28,10 @@ fn settings_after_run() {
         "false",
         "--lease-duration-seconds",
         "7",
+        "--lease-renew-deadline-seconds",
+        "5",
+        "--lease-retry-period-seconds",
+        "1",
         "--watch-namespace",
         "team-a",
         "--helm-bin",
@@ -45,11 +49,26 @@ fn settings_after_run() {
     assert_eq!(cli.run.concurrency, 2);
     assert!(!cli.run.leader_elect);
     assert_eq!(cli.run.lease_duration_seconds, 7);
+    let t = cli.run.lease_timings().unwrap();
+    assert_eq!(
+        (t.lease_duration, t.renew_deadline, t.retry_period),
+        (Duration::from_secs(7), Duration::from_secs(5), Duration::from_secs(1))
+    );
     assert_eq!(cli.run.watch_namespace, "team-a");
     assert_eq!(cli.settings.helm_bin, PathBuf::from("/opt/helm"));
     assert_eq!(cli.settings.allowed_registries, ["a.example", "b.example"]);
     assert_eq!(cli.settings.allowed_cluster_roles, ["view", "edit"]);
     assert_eq!(cli.settings.operator_namespace, "ops");
+}
+
+#[test]
+fn the_renew_deadline_must_be_shorter_than_the_lease() {
+    assert_eq!(parse(&["run"]).run.lease_timings().unwrap(), crate::ops::leader::Timings::default());
+    let six = parse(&["run", "--lease-duration-seconds", "6"]).run.lease_timings().unwrap();
+    assert_eq!(six, crate::ops::leader::Timings::for_lease(Duration::from_secs(6)), "derived from the lease");
+    let cli = parse(&["run", "--lease-duration-seconds", "10", "--lease-renew-deadline-seconds", "10"]);
+    let err = cli.run.lease_timings().unwrap_err();
+    assert!(err.contains("shorter than the lease duration"), "{err}");
 }
 
 #[test]

@@ -31,9 +31,6 @@ pub struct Settings {
     pub max_retries: u32,
     /// Delay before re-checking an instance blocked on something outside its spec.
     pub blocked_requeue: Duration,
-    /// The leader lease: a pending release record younger than this may
-    /// belong to a previous leader still at work.
-    pub lease_duration: Duration,
     pub ollama_image: String,
     pub ollama_models_size: String,
     pub probes: ProbeSettings,
@@ -46,6 +43,11 @@ pub struct Settings {
     /// Namespace of the ingress controller, the only one (with the instance's own)
     /// whose pods reach the UI where there is no OpenShift router.
     pub ingress_namespace: String,
+    /// Leader lease duration: a pending helm record younger than this that
+    /// this process did not write is left alone ([`crate::helm::release::may_discard_pending`]).
+    pub lease_duration: Duration,
+    /// When this process became the leader (when it started, without leader election).
+    pub leading_since: std::time::Instant,
 }
 
 impl Default for Settings {
@@ -62,7 +64,6 @@ impl Default for Settings {
             chart_digest: String::new(),
             max_retries: 5,
             blocked_requeue: Duration::from_secs(30),
-            lease_duration: Duration::from_secs(15),
             ollama_image: "docker.io/ollama/ollama:latest".into(),
             ollama_models_size: "20Gi".into(),
             probes: ProbeSettings::default(),
@@ -70,6 +71,8 @@ impl Default for Settings {
             platform_choice: crate::platform::PlatformChoice::Auto,
             ingress: crate::render::ingress::IngressSettings::default(),
             ingress_namespace: "ingress-nginx".into(),
+            lease_duration: crate::ops::leader::Timings::default().lease_duration,
+            leading_since: std::time::Instant::now(),
         }
     }
 }

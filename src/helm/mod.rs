@@ -11,6 +11,11 @@
 //! holds with the operator's rights. Every template names its objects'
 //! namespace itself. `--no-hooks` on every action: the chart has none, so a
 //! hook can only come from a record nobody should trust.
+//!
+//! Every upgrade labels its release record with a mark random to this
+//! process (`--labels`, [`crate::helm::release::WRITER_LABEL`]), so a pending record
+//! this process left behind is told from one another replica may still be
+//! writing ([`crate::helm::release::may_discard_pending`]).
 
 pub mod digest;
 pub mod manifest;
@@ -64,10 +69,11 @@ pub struct Helm {
     timeout: Duration,
     home: Arc<tempfile::TempDir>,
     running: Arc<Mutex<HashSet<String>>>,
-    /// Releases this process started a helm run for (their pending records are its own).
-    written: Arc<Mutex<HashSet<String>>>,
     shutdown: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
+    /// Random per process; every record this process's upgrades write carries
+    /// it in the label [`crate::helm::release::WRITER_LABEL`].
+    writer: Arc<str>,
 }
 
 /// Marks a release busy for as long as it lives.
@@ -94,16 +100,13 @@ impl Helm {
     ) -> std::io::Result<Self> {
         // Helm wants writable cache/config dirs; the manager's root filesystem is read-only.
         let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
-        Ok(Self {
-            bin,
-            chart,
-            timeout,
-            home: Arc::new(home),
-            running: Arc::default(),
-            written: Arc::default(),
-            shutdown,
-            metrics,
-        })
+        let writer = crate::render::secret::random_password(20).map_err(std::io::Error::other)?.into();
+        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default(), shutdown, metrics, writer })
+    }
+
+    /// This process's mark on the release records it writes.
+    pub fn writer(&self) -> &str {
+        &self.writer
     }
 
     /// Whether this process is running helm for the release right now.
@@ -131,6 +134,7 @@ impl Helm {
         file.flush().map_err(HelmError::ValuesFile)?;
         let values_path = file.path().to_string_lossy().into_owned();
         let chart = self.chart.to_string_lossy().into_owned();
+        let writer = format!("{}={}", crate::helm::release::WRITER_LABEL, self.writer);
         let mut args = vec![
             "upgrade",
             "--install",
@@ -143,6 +147,8 @@ impl Helm {
             "--history-max",
             HISTORY_MAX,
             "--no-hooks",
+            "--labels",
+            &writer,
             "--output",
             "json",
         ];
@@ -257,14 +263,8 @@ impl Helm {
         }
     }
 
-    /// Whether this process ever started a helm run for the release.
-    pub fn wrote(&self, namespace: &str, release: &str) -> bool {
-        self.written.lock().expect("lock").contains(&format!("{namespace}/{release}"))
-    }
-
     fn mark_running(&self, namespace: &str, release: &str) -> RunningGuard {
         let key = format!("{namespace}/{release}");
-        self.written.lock().expect("lock").insert(key.clone());
         self.running.lock().expect("lock").insert(key.clone());
         RunningGuard { key, running: self.running.clone() }
     }

@@ -2,13 +2,27 @@
 //! (pure). Helm keeps one Secret per revision labelled `owner=helm`,
 //! `name=<release>`, `status=<state>`, `version=<n>`; reading those labels
 //! costs one metadata list instead of a helm subprocess.
+//!
+//! A record left `pending-*` blocks every later helm run on its release, so
+//! the controller discards it, but only when nobody may still be writing it
+//! ([`may_discard_pending`]): this process runs no helm on the release, and
+//! either this process wrote the record ([`WRITER_LABEL`]) or the record is
+//! older than the leader lease duration and this process has led that long
+//! (a previous leader stops a renew deadline, shorter than the lease, after
+//! it last renewed; see [`crate::ops::leader`]).
+
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// Field managers whose writes are the operator's own or the cluster's
 /// bookkeeping, not drift.
 pub const OWN_MANAGERS: &[&str] = &["helm", crate::FIELD_MANAGER, "kube-controller-manager"];
+
+/// Label on a release record: the mark of the operator process whose helm
+/// upgrade wrote it ([`crate::helm::Helm::writer`]).
+pub const WRITER_LABEL: &str = "tinycode.dev/writer";
 
 /// One revision's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +31,8 @@ pub struct Record {
     pub version: i64,
     pub status: String,
     pub created: Option<Timestamp>,
+    /// [`WRITER_LABEL`], when the record has one.
+    pub writer: Option<String>,
 }
 
 impl Record {
@@ -39,6 +55,7 @@ pub fn records(metas: &[ObjectMeta]) -> Vec<Record> {
                 version: labels.get("version")?.parse().ok()?,
                 status: labels.get("status")?.clone(),
                 created: m.creation_timestamp.as_ref().map(|t| t.0),
+                writer: labels.get(WRITER_LABEL).cloned(),
             })
         })
         .collect();
@@ -60,16 +77,64 @@ pub fn last_good(records: &[Record], failed: i64) -> Option<&Record> {
         .max_by_key(|r| r.version)
 }
 
-/// Whether a pending record (helm was interrupted, or is still at work)
-/// may be discarded: when this process wrote it and is not running helm for
-/// it now (the caller checks that), or when it is older than the leader
-/// lease, so no previous leader can still be writing it.
-pub fn may_discard_pending(record: &Record, now: Timestamp, lease: std::time::Duration, written_here: bool) -> bool {
-    if written_here {
+/// What this process knows when deciding about a pending record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCheck<'a> {
+    /// This process runs helm on the release right now.
+    pub helm_running: bool,
+    /// This process's writer mark.
+    pub own_writer: &'a str,
+    /// The leader lease duration.
+    pub lease_duration: Duration,
+    /// How long this process has been the leader (its monotonic clock).
+    pub leading_for: Duration,
+    /// The local wall clock, against the apiserver's `creationTimestamp`.
+    pub now: Timestamp,
+}
+
+impl<'a> PendingCheck<'a> {
+    /// The check for `release` (stored in `namespace`) as of now.
+    pub fn now(
+        helm: &'a crate::helm::Helm,
+        settings: &crate::settings::Settings,
+        namespace: &str,
+        release: &str,
+    ) -> Self {
+        Self {
+            helm_running: helm.is_running(namespace, release),
+            own_writer: helm.writer(),
+            lease_duration: settings.lease_duration,
+            leading_for: settings.leading_since.elapsed(),
+            now: Timestamp::now(),
+        }
+    }
+
+    /// Why `record` is kept for now (for the status message).
+    pub fn wait_message(&self, record: &Record) -> String {
+        format!(
+            "revision {} of this instance's helm release is {}, written by another operator process; it is discarded \
+             once it is older than the leader lease duration ({}s), in case that process is still running helm",
+            record.version,
+            record.status,
+            self.lease_duration.as_secs()
+        )
+    }
+}
+
+/// Whether a pending `record` may be deleted: no helm run of this process is
+/// working on it, and this process wrote it or it is older than the lease
+/// duration (by its creation time, and by how long this process has led,
+/// which holds even when the local clock disagrees with the apiserver's).
+pub fn may_discard_pending(record: &Record, check: &PendingCheck) -> bool {
+    if check.helm_running {
+        return false;
+    }
+    if record.writer.as_deref() == Some(check.own_writer) {
         return true;
     }
-    let lease = k8s_openapi::jiff::SignedDuration::try_from(lease).unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
-    record.created.is_some_and(|created| created.checked_add(lease).is_ok_and(|until| until < now))
+    let lease = SignedDuration::try_from(check.lease_duration).unwrap_or(SignedDuration::MAX);
+    let old = record.created.is_some_and(|c| c.checked_add(lease).is_ok_and(|expiry| expiry <= check.now));
+    old && check.leading_for >= check.lease_duration
 }
 
 /// A manager other than ours that wrote the object since `since`, if any.
@@ -97,23 +162,6 @@ pub fn foreign_write_after(meta: &ObjectMeta, since: Option<Timestamp>) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_young_pending_record_of_another_leader_is_kept() {
-        let now = Timestamp::from_second(1_000_000).unwrap();
-        let lease = std::time::Duration::from_secs(15);
-        let at = |secs: i64| Record {
-            secret_name: "r".into(),
-            version: 2,
-            status: "pending-upgrade".into(),
-            created: Some(Timestamp::from_second(secs).unwrap()),
-        };
-        assert!(!may_discard_pending(&at(1_000_000 - 5), now, lease, false), "younger than the lease");
-        assert!(may_discard_pending(&at(1_000_000 - 5), now, lease, true), "this process wrote it");
-        assert!(may_discard_pending(&at(1_000_000 - 16), now, lease, false), "older than the lease");
-        let unknown = Record { created: None, ..at(0) };
-        assert!(!may_discard_pending(&unknown, now, lease, false), "no creation time: keep");
-    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
     use std::collections::BTreeMap;
 
@@ -154,6 +202,60 @@ mod tests {
         assert_eq!(last_good(&rs, 3).map(|r| r.version), Some(2));
         assert_eq!(last_good(&rs, 2).map(|r| r.version), Some(1));
         assert_eq!(last_good(&rs, 1), None, "a first install has nothing to go back to");
+    }
+
+    fn pending(created: Option<i64>, writer: Option<&str>) -> Record {
+        Record {
+            secret_name: "sh.helm.release.v1.rel.v3".into(),
+            version: 3,
+            status: "pending-upgrade".into(),
+            created: created.map(|s| Timestamp::from_second(s).unwrap()),
+            writer: writer.map(Into::into),
+        }
+    }
+
+    fn check(now: i64, leading_for: u64) -> PendingCheck<'static> {
+        PendingCheck {
+            helm_running: false,
+            own_writer: "me",
+            lease_duration: Duration::from_secs(15),
+            leading_for: Duration::from_secs(leading_for),
+            now: Timestamp::from_second(now).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_pending_record_is_discarded_only_when_nobody_may_still_write_it() {
+        let c = check(1000, 60);
+        assert!(may_discard_pending(&pending(Some(999), Some("me")), &c), "this process wrote it: at once");
+        assert!(!may_discard_pending(&pending(Some(990), Some("other")), &c), "another writer, 10 s old");
+        assert!(!may_discard_pending(&pending(Some(990), None), &c), "no writer mark, 10 s old");
+        assert!(!may_discard_pending(&pending(Some(986), None), &c), "14 s old");
+        assert!(may_discard_pending(&pending(Some(985), None), &c), "a lease duration old");
+        assert!(may_discard_pending(&pending(Some(100), Some("other")), &c), "long abandoned");
+        assert!(!may_discard_pending(&pending(None, Some("other")), &c), "age unknown");
+    }
+
+    #[test]
+    fn a_running_helm_or_a_new_leader_keeps_the_record() {
+        let mut c = check(1000, 60);
+        c.helm_running = true;
+        assert!(!may_discard_pending(&pending(Some(999), Some("me")), &c), "our helm is still writing it");
+        assert!(!may_discard_pending(&pending(Some(100), None), &c));
+        // Leading for less than a lease duration: the previous leader may have
+        // written it just now, even if the local clock says it is old.
+        let c = check(1000, 14);
+        assert!(!may_discard_pending(&pending(Some(100), Some("other")), &c));
+        assert!(may_discard_pending(&pending(Some(999), Some("me")), &c));
+        assert!(may_discard_pending(&pending(Some(100), Some("other")), &check(1000, 15)));
+    }
+
+    #[test]
+    fn the_writer_mark_is_read_from_the_labels() {
+        let mut meta = secret("v4", "4", "pending-install", 1);
+        meta.labels.as_mut().unwrap().insert(WRITER_LABEL.into(), "abc".into());
+        assert_eq!(records(&[meta])[0].writer.as_deref(), Some("abc"));
+        assert_eq!(records(&[secret("v4", "4", "pending-install", 1)])[0].writer, None);
     }
 
     fn entry(manager: &str, at: i64, subresource: Option<&str>) -> ManagedFieldsEntry {

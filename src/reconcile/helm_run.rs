@@ -14,6 +14,7 @@ use crate::api::TinycodeInstance;
 use crate::helm::release;
 use crate::reconcile::execute::{await_caches, delete_ignoring_missing};
 use crate::reconcile::plan::{HelmRun, Plan};
+use crate::reconcile::reason::Blocked;
 use crate::reconcile::{Context, Error, conditions};
 use crate::render::naming;
 
@@ -77,17 +78,10 @@ async fn discard_pending(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) ->
         return Ok(());
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
-    let now = k8s_openapi::jiff::Timestamp::now();
+    let check = release::PendingCheck::now(&ctx.helm, &ctx.settings, storage_ns, &plan.release_name);
     for r in &plan.pending {
-        let written_here = ctx.helm.wrote(storage_ns, &plan.release_name);
-        if !release::may_discard_pending(r, now, ctx.settings.lease_duration, written_here) {
-            return Err(Error::blocked(
-                crate::reconcile::reason::Blocked::ReleaseInProgress,
-                format!(
-                    "revision {} of release {} is {} and may still be written by a previous leader; retrying once it is older than the leader lease",
-                    r.version, plan.release_name, r.status
-                ),
-            ));
+        if !release::may_discard_pending(r, &check) {
+            return Err(Error::blocked(Blocked::HelmOperationPending, check.wait_message(r)));
         }
         tracing::warn!(release = %plan.release_name, revision = r.version, status = %r.status, "removing an interrupted helm operation");
         delete_ignoring_missing(&api, &r.secret_name).await?;

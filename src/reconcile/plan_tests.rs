@@ -49,6 +49,7 @@ fn record(version: i64, status: &str) -> release::Record {
         version,
         status: status.into(),
         created: Some(at(0)),
+        writer: None,
     }
 }
 

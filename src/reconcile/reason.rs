@@ -22,7 +22,7 @@ pub enum Blocked {
     KubeconfigKeyMissing,
     KubeconfigInvalid,
     ReleaseRecordUnreadable,
-    ReleaseInProgress,
+    HelmOperationPending,
     FinalizerError,
 }
 
@@ -43,7 +43,7 @@ impl Blocked {
         Blocked::KubeconfigKeyMissing,
         Blocked::KubeconfigInvalid,
         Blocked::ReleaseRecordUnreadable,
-        Blocked::ReleaseInProgress,
+        Blocked::HelmOperationPending,
         Blocked::FinalizerError,
     ];
 
@@ -65,7 +65,7 @@ impl Blocked {
             Blocked::KubeconfigKeyMissing => "KubeconfigKeyMissing",
             Blocked::KubeconfigInvalid => "KubeconfigInvalid",
             Blocked::ReleaseRecordUnreadable => "ReleaseRecordUnreadable",
-            Blocked::ReleaseInProgress => "ReleaseInProgress",
+            Blocked::HelmOperationPending => "HelmOperationPending",
             Blocked::FinalizerError => "FinalizerError",
         }
     }
