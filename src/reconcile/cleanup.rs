@@ -33,56 +33,23 @@ use crate::render::naming;
 pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
     let name = inst.name_any();
     let ns = inst.namespace().unwrap_or_default();
-    let client = &ctx.client;
     if inst.status.as_ref().and_then(|s| s.phase) != Some(Phase::Terminating) {
         let st = status::terminating(inst, &super::now());
         if let Err(e) = write_status(ctx, inst, &st).await {
             tracing::debug!(error = %e, "could not mark the instance Terminating");
         }
     }
-
-    let namespace = Api::<Namespace>::all(client.clone()).get_opt(&ns).await?;
+    let namespace = Api::<Namespace>::all(ctx.client.clone()).get_opt(&ns).await?;
     let terminating = namespace.as_ref().is_none_or(|n| n.metadata.deletion_timestamp.is_some());
     let degraded = terminating || !matches!(prepared_live(ctx, &ns).await, Ok(missing) if missing.is_empty());
     let mut left: Vec<String> = Vec::new();
-
-    let release_name = naming::release_name(&ns, &name);
-    let storage_ns = &ctx.settings.operator_namespace;
-    let records_api: Api<Secret> = Api::namespaced(client.clone(), storage_ns);
-    let selector = format!("owner=helm,name={release_name}");
-    let installed = !records_api.list_metadata(&ListParams::default().labels(&selector)).await?.items.is_empty();
-    if installed {
-        match ctx.helm.uninstall(&release_name, storage_ns).await {
-            Ok(()) => {}
-            Err(e) if degraded => {
-                tracing::warn!(error = %e, "helm uninstall failed in a namespace the operator cannot manage any more");
-                left.push(format!("the objects of release {release_name}"));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        // The records are the operator's own: never leave them behind.
-        records_api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&selector)).await?;
-    }
-
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
-    for tier in ALL_TIERS {
-        note_left(delete_namespaced(&bindings, &naming::scc_grant(&name, tier.as_str())).await?, &mut left);
-    }
-    if ctx.settings.platform.routes {
-        let routes = Api::<Route>::namespaced(client.clone(), &ns);
-        note_left(delete_namespaced(&routes, &naming::route(&name)).await?, &mut left);
-    } else {
-        let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
-        note_left(delete_namespaced(&ingresses, &naming::route(&name)).await?, &mut left);
-    }
-    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
-    note_left(delete_namespaced(&secrets, &naming::kubeconfig_copy(&name)).await?, &mut left);
+    uninstall(ctx, &ns, &name, degraded, &mut left).await?;
+    remove_own_objects(ctx, &ns, &name, &mut left).await?;
     remove_outside_objects(ctx, &ns, &name, &mut left).await?;
-
     let kept = if inst.spec.storage.retain_on_delete {
         "the data volumes were kept (storage.retainOnDelete)"
     } else {
-        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), naming::ollama_models_pvc(&name)] {
             note_left(delete_namespaced(&pvcs, &pvc).await?, &mut left);
         }
@@ -90,29 +57,60 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     };
     if !left.is_empty() {
         let why = if terminating { "namespace is being deleted" } else { "operator has lost its rights there" };
-        ctx.event(
-            inst,
-            EventType::Warning,
-            "CleanupIncomplete",
-            "Cleanup",
-            format!(
-                "the {why}; these may remain in {ns} until the namespace goes: {}; the release records and cluster-wide bindings were removed",
-                left.join(", ")
-            ),
-        )
-        .await;
+        let note = format!(
+            "the {why}; these may remain in {ns} until the namespace goes: {}; the release records and cluster-wide bindings were removed",
+            left.join(", ")
+        );
+        ctx.event(inst, EventType::Warning, "CleanupIncomplete", "Cleanup", note).await;
     }
-    ctx.event(
-        inst,
-        EventType::Normal,
-        "Deleted",
-        "Cleanup",
-        format!("release {release_name} uninstalled and SCC grant removed; {kept}"),
-    )
-    .await;
+    let release_name = naming::release_name(&ns, &name);
+    let note = format!("release {release_name} uninstalled and SCC grant removed; {kept}");
+    ctx.event(inst, EventType::Normal, "Deleted", "Cleanup", note).await;
     ctx.metrics.phase(&super::instance_key(inst), None);
     ctx.retries.lock().expect("lock").clear(&ObjectRef::from_obj(inst));
     Ok(Action::await_change())
+}
+
+/// `helm uninstall`, then the release records go: they are the operator's
+/// own and never left behind, even when the uninstall could not finish.
+async fn uninstall(ctx: &Context, ns: &str, name: &str, degraded: bool, left: &mut Vec<String>) -> Result<(), Error> {
+    let release_name = naming::release_name(ns, name);
+    let storage_ns = &ctx.settings.operator_namespace;
+    let records_api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
+    let selector = ListParams::default().labels(&format!("owner=helm,name={release_name}"));
+    if records_api.list_metadata(&selector).await?.items.is_empty() {
+        return Ok(());
+    }
+    match ctx.helm.uninstall(&release_name, storage_ns).await {
+        Ok(()) => {}
+        Err(e) if degraded => {
+            tracing::warn!(error = %e, "helm uninstall failed in a namespace the operator cannot manage any more");
+            left.push(format!("the objects of release {release_name}"));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    records_api.delete_collection(&DeleteParams::default(), &selector).await?;
+    Ok(())
+}
+
+/// What the operator applied itself in the namespace: SCC grants, the Route
+/// or Ingress, the kubeconfig copy.
+async fn remove_own_objects(ctx: &Context, ns: &str, name: &str, left: &mut Vec<String>) -> Result<(), Error> {
+    let client = &ctx.client;
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
+    for tier in ALL_TIERS {
+        note_left(delete_namespaced(&bindings, &naming::scc_grant(name, tier.as_str())).await?, left);
+    }
+    if ctx.settings.platform.routes {
+        let routes = Api::<Route>::namespaced(client.clone(), ns);
+        note_left(delete_namespaced(&routes, &naming::route(name)).await?, left);
+    } else {
+        let ingresses = Api::<Ingress>::namespaced(client.clone(), ns);
+        note_left(delete_namespaced(&ingresses, &naming::route(name)).await?, left);
+    }
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
+    note_left(delete_namespaced(&secrets, &naming::kubeconfig_copy(name)).await?, left);
+    Ok(())
 }
 
 /// Objects of the instance outside its namespace, found by their instance

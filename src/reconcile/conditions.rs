@@ -160,33 +160,10 @@ pub fn failed(
     let prev = previous.cloned().unwrap_or_default();
     let mut desired = vec![Desired::new(READY, false, reason, message)];
     desired.extend(extra.iter().cloned());
-    // Other condition types stay as they were.
-    for c in prev.conditions.iter().filter(|c| c.type_ != READY && !extra.iter().any(|e| e.type_ == c.type_)) {
-        desired.push(Desired {
-            type_: leak_type(&c.type_),
-            status: c.status == "True",
-            reason: c.reason.clone(),
-            message: c.message.clone(),
-        });
-    }
-    TinycodeInstanceStatus {
-        phase: Some(Phase::Failed),
-        conditions: merge_conditions(&prev.conditions, &desired, now, generation),
-        observed_generation: generation,
-        ..prev
-    }
-}
-
-fn leak_type(t: &str) -> &'static str {
-    match t {
-        VLLM_WARNING => VLLM_WARNING,
-        VLLM_CONFIG_READY => VLLM_CONFIG_READY,
-        CLUSTER_ADMIN_READY => CLUSTER_ADMIN_READY,
-        INGRESS_READY => INGRESS_READY,
-        RECONCILING => RECONCILING,
-        STALLED => STALLED,
-        _ => READY,
-    }
+    // Conditions of other types stay exactly as they were.
+    let mut conditions = merge_conditions(&prev.conditions, &desired, now, generation);
+    conditions.extend(prev.conditions.iter().filter(|c| !desired.iter().any(|d| d.type_ == c.type_)).cloned());
+    TinycodeInstanceStatus { phase: Some(Phase::Failed), conditions, observed_generation: generation, ..prev }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 pub mod approval;
 pub mod cleanup;
 pub mod conditions;
+pub mod discover;
 pub mod error;
 pub mod execute;
 pub mod helm_run;

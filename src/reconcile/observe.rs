@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
@@ -23,9 +23,9 @@ use crate::platform::openshift::Route;
 use crate::platform::prepare;
 use crate::platform::scc::ALL_TIERS;
 use crate::reconcile::stores::Lookup;
-use crate::reconcile::{Context, Error, approval};
+use crate::reconcile::{Context, Error, discover};
 use crate::render::naming;
-use crate::vllm::{self, Report};
+use crate::vllm::Report;
 
 /// How long a namespace found prepared is trusted without asking again.
 const PREPARED_TTL: Duration = Duration::from_secs(300);
@@ -117,62 +117,49 @@ pub struct ReleaseFacts {
 
 /// Reads everything about `inst`.
 pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed, Error> {
-    let name = inst.name_any();
     let ns = inst.namespace().unwrap_or_default();
-    let spec = &inst.spec;
-    let stores = &ctx.stores;
-    let namespace = stores.namespaces.get(&ObjectRef::new(&ns));
-    let namespace_labels = namespace
-        .as_ref()
-        .filter(|n| n.metadata.deletion_timestamp.is_none())
-        .map(|n| n.metadata.labels.clone().unwrap_or_default());
-    // A namespace that did not opt in, or is not prepared, is all validate
-    // needs to know (and its Secrets would be refused anyway).
-    let early = |missing_rules: Vec<String>| Observed {
-        namespace_labels: namespace_labels.clone(),
-        missing_rules,
+    let namespace = ctx.stores.namespaces.get(&ObjectRef::new(&ns));
+    let mut o = Observed {
+        namespace_labels: namespace
+            .as_ref()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .map(|n| n.metadata.labels.clone().unwrap_or_default()),
         ..Default::default()
     };
+    // A namespace that did not opt in, or is not prepared, is all validate
+    // needs to know (and its Secrets would be refused anyway).
     if let Some((key, value)) = &ctx.settings.required_namespace_label
-        && namespace_labels.as_ref().and_then(|l| l.get(key)) != Some(value)
+        && o.namespace_labels.as_ref().and_then(|l| l.get(key)) != Some(value)
     {
-        return Ok(early(Vec::new()));
+        return Ok(o);
     }
-    let missing_rules = prepared(ctx, &ns).await?;
-    if !missing_rules.is_empty() {
-        return Ok(early(missing_rules));
+    o.missing_rules = prepared(ctx, &ns).await?;
+    if !o.missing_rules.is_empty() {
+        return Ok(o);
     }
-    let installed_sccs = stores.sccs.iter().flat_map(|s| s.state()).filter_map(|s| s.metadata.name.clone()).collect();
-    let bound_cluster_role = stores
+    from_stores(ctx, inst, &mut o);
+    secrets(ctx, inst, &mut o).await?;
+    o.release = release_facts(ctx, &ns, &inst.name_any(), o.deployment.as_deref()).await?;
+    let others = discover::approved_discovery(&ns, &inst.spec, &o.discovery_labelled);
+    let targets: Vec<(String, String)> =
+        inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
+    let candidates = discover::vllm_services(ctx, &ns, &others).await;
+    (o.providers, o.discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
+    Ok(o)
+}
+
+/// What the watches hold about the instance.
+fn from_stores(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) {
+    let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
+    let stores = &ctx.stores;
+    o.installed_sccs = stores.sccs.iter().flat_map(|s| s.state()).filter_map(|s| s.metadata.name.clone()).collect();
+    o.bound_cluster_role = stores
         .cluster_role_bindings
         .get(&ObjectRef::new(&naming::cluster_role_binding(&ns, &name)))
         .map(|b| b.role_ref.name.clone());
-    let discovery_labelled = discovery_labelled(ctx, &ns, spec);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let password_name = spec
-        .auth
-        .password_secret
-        .clone()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| naming::generated_password(&name));
-    let password = secret_facts(&secrets, &password_name).await?;
-    let generated = spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
-    let fresh_password = if generated && password == SecretFacts::Missing {
-        Some(
-            crate::render::secret::random_password(32)
-                .map_err(|e| Error::blocked(crate::reconcile::reason::Blocked::PasswordGenerationFailed, e))?,
-        )
-    } else {
-        None
-    };
-    let git_credentials = match spec.git.as_ref().and_then(|g| g.credentials_secret.as_deref()) {
-        Some(cred) => Some(secret_facts(&secrets, cred).await?),
-        None => None,
-    };
-    let kubeconfig = if spec.cluster_admin.enabled { Some(kubeconfig(ctx, inst, &ns).await?) } else { None };
-    let deployment = stores.deployments.get(&ObjectRef::new(&naming::fullname(&name)).within(&ns));
-    let release = release_facts(ctx, &ns, &name, deployment.as_deref()).await?;
-    let grants = ALL_TIERS
+    o.discovery_labelled = discover::labelled_namespaces(ctx, &ns, &inst.spec);
+    o.deployment = stores.deployments.get(&ObjectRef::new(&naming::fullname(&name)).within(&ns));
+    o.grants = ALL_TIERS
         .iter()
         .map(|t| naming::scc_grant(&name, t.as_str()))
         .filter_map(|g| {
@@ -180,43 +167,37 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
             Some((g, rb.metadata.clone()))
         })
         .collect();
-    let route = stores.routes.as_ref().and_then(|s| s.get(&ObjectRef::new(&naming::route(&name)).within(&ns)));
-    let ingress = stores.ingresses.as_ref().and_then(|s| s.get(&ObjectRef::new(&naming::route(&name)).within(&ns)));
-    let default_ingress_class = stores.ingress_classes.as_ref().and_then(|s| {
+    o.route = stores.routes.as_ref().and_then(|s| s.get(&ObjectRef::new(&naming::route(&name)).within(&ns)));
+    o.ingress = stores.ingresses.as_ref().and_then(|s| s.get(&ObjectRef::new(&naming::route(&name)).within(&ns)));
+    o.default_ingress_class = stores.ingress_classes.as_ref().and_then(|s| {
         s.state().iter().find_map(|c| {
-            let default = c
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("ingressclass.kubernetes.io/is-default-class"))
-                .is_some_and(|v| v == "true");
+            let annotations = c.metadata.annotations.as_ref()?;
+            let default = annotations.get("ingressclass.kubernetes.io/is-default-class").is_some_and(|v| v == "true");
             if default { c.metadata.name.clone() } else { None }
         })
     });
-    let (own, others) = (ns.clone(), approved_discovery(&ns, spec, &discovery_labelled));
-    let targets: Vec<(String, String)> = spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
-    let candidates = discover_vllm(ctx, &own, &others).await;
-    let (providers, discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
-    Ok(Observed {
-        namespace_labels,
-        missing_rules,
-        installed_sccs,
-        bound_cluster_role,
-        discovery_labelled,
-        password,
-        fresh_password,
-        git_credentials,
-        kubeconfig,
-        release,
-        deployment,
-        grants,
-        route,
-        ingress,
-        default_ingress_class,
-        providers,
-        discovered,
-        offline: false,
-    })
+}
+
+/// The Secrets the instance names, read live (never watched: that would
+/// take cluster-wide Secret rights); their keys and digests only.
+async fn secrets(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) -> Result<(), Error> {
+    let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
+    let spec = &inst.spec;
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let named = spec.auth.password_secret.clone().filter(|p| !p.is_empty());
+    o.password = secret_facts(&api, named.as_deref().unwrap_or(&naming::generated_password(&name))).await?;
+    if named.is_none() && o.password == SecretFacts::Missing {
+        let password = crate::render::secret::random_password(32)
+            .map_err(|e| Error::blocked(crate::reconcile::reason::Blocked::PasswordGenerationFailed, e))?;
+        o.fresh_password = Some(password);
+    }
+    if let Some(cred) = spec.git.as_ref().and_then(|g| g.credentials_secret.as_deref()) {
+        o.git_credentials = Some(secret_facts(&api, cred).await?);
+    }
+    if spec.cluster_admin.enabled {
+        o.kubeconfig = Some(kubeconfig(ctx, inst, &ns).await?);
+    }
+    Ok(())
 }
 
 /// Rules the operator lacks in `ns` (empty: prepared). A positive answer is
@@ -245,36 +226,6 @@ pub async fn prepared_live(ctx: &Context, ns: &str) -> Result<Vec<String>, Error
         Some(s) if !s.incomplete => prepare::missing(&s.resource_rules, ctx.settings.platform),
         _ => Vec::new(),
     })
-}
-
-fn discovery_labelled(ctx: &Context, ns: &str, spec: &crate::api::TinycodeInstanceSpec) -> BTreeSet<String> {
-    let requested = spec.discovery.iter().flat_map(|d| d.namespaces.iter());
-    if requested.clone().all(|n| n == ns) {
-        return BTreeSet::new();
-    }
-    ctx.stores
-        .namespaces
-        .state()
-        .iter()
-        .filter(|n| n.metadata.deletion_timestamp.is_none())
-        .filter(|n| {
-            n.metadata.labels.as_ref().and_then(|l| l.get(approval::DISCOVERY_LABEL)).is_some_and(|v| v == "true")
-        })
-        .filter_map(|n| n.metadata.name.clone())
-        .collect()
-}
-
-/// Namespaces besides its own whose Services the instance may discover.
-pub fn approved_discovery(
-    ns: &str,
-    spec: &crate::api::TinycodeInstanceSpec,
-    labelled: &BTreeSet<String>,
-) -> Vec<String> {
-    let requested: Vec<String> = spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()).collect();
-    if requested.iter().all(|n| n == ns) {
-        return Vec::new();
-    }
-    approval::discovery_namespaces(&requested, ns, labelled).0
 }
 
 async fn secret_facts(api: &Api<Secret>, name: &str) -> Result<SecretFacts, Error> {
@@ -396,46 +347,4 @@ async fn rendered_objects(ctx: &Context, record: &release::Record) -> Result<Arc
     }
     cache.insert(record.secret_name.clone(), objs.clone());
     Ok(objs)
-}
-
-/// Services annotated `tinycode.dev/discover=vllm` in the instance namespace
-/// and the approved discovery namespaces, as (name, base URL). Listing errors
-/// only shorten the list: discovery feeds warnings, never failures.
-async fn discover_vllm(ctx: &Context, ns: &str, others: &[String]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for namespace in std::iter::once(ns).chain(others.iter().map(String::as_str)) {
-        let services: Vec<Arc<Service>> = if ctx.stores.covers(namespace) {
-            ctx.stores
-                .services
-                .state()
-                .into_iter()
-                .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
-                .collect()
-        } else {
-            match Api::<Service>::namespaced(ctx.client.clone(), namespace).list(&ListParams::default()).await {
-                Ok(list) => list.items.into_iter().map(Arc::new).collect(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot list Services for vLLM discovery");
-                    continue;
-                }
-            }
-        };
-        out.extend(services.iter().filter_map(|s| vllm_candidate(s)));
-    }
-    out
-}
-
-/// (namespace/name, base URL) of a Service annotated for discovery.
-fn vllm_candidate(svc: &Service) -> Option<(String, String)> {
-    let annotations = svc.metadata.annotations.as_ref()?;
-    if annotations.get(vllm::DISCOVER_ANNOTATION).map(String::as_str) != Some("vllm") {
-        return None;
-    }
-    let (name, ns) = (svc.metadata.name.clone()?, svc.metadata.namespace.clone()?);
-    let url = annotations.get(vllm::URL_ANNOTATION).cloned().or_else(|| {
-        let ports = svc.spec.as_ref()?.ports.as_ref()?;
-        let port = ports.iter().find(|p| p.name.as_deref() == Some("http")).or(ports.first())?.port;
-        Some(format!("http://{name}.{ns}.svc:{port}"))
-    })?;
-    Some((format!("{ns}/{name}"), url))
 }

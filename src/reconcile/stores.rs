@@ -294,29 +294,7 @@ where
 {
     let owned = || watcher::Config::default().labels(PART_OF_SELECTOR);
     let any = watcher::Config::default;
-    let namespace_config = match scope {
-        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
-        None => watcher::Config::default(),
-    };
-    let (namespaces, s) = reflect_meta(Api::<Meta<Namespace>>::all(client.clone()), namespace_config);
-    drive(s);
-    let (pvcs, s) = reflect_meta(scoped_api::<Meta<PersistentVolumeClaim>>(client, scope), owned());
-    drive(s);
-    let (cluster_role_bindings, s) = reflect(Api::<ClusterRoleBinding>::all(client.clone()), owned());
-    drive(s);
-    let records_api = Api::<Meta<Secret>>::namespaced(client.clone(), operator_namespace);
-    let (records, s) = reflect_meta(records_api, watcher::Config::default().labels("owner=helm"));
-    drive(s);
-    let sccs = platform.sccs.then(|| {
-        let (store, s) = reflect_meta(Api::<Meta<SecurityContextConstraints>>::all(client.clone()), any());
-        drive(s);
-        store
-    });
-    let ingress_classes = (!platform.routes).then(|| {
-        let (store, s) = reflect_meta(Api::<Meta<IngressClass>>::all(client.clone()), any());
-        drive(s);
-        store
-    });
+    let cached = Cached::start(client, platform, operator_namespace, scope);
     // Deployments keep only what the reconcile reads (metadata and status).
     let (deployments, s) = {
         let (reader, writer) = reflector::store();
@@ -347,6 +325,7 @@ where
         c = c.owns_stream(relevant(s, hash_ingress));
         (None, Some(store))
     };
+    let Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes } = cached;
     let stores = Stores {
         namespaces,
         sccs,
@@ -366,6 +345,52 @@ where
         scope: scope.map(str::to_string),
     };
     (stores, c)
+}
+
+/// Stores of kinds whose changes wake nobody: read at the next reconcile.
+struct Cached {
+    namespaces: Store<Meta<Namespace>>,
+    pvcs: Store<Meta<PersistentVolumeClaim>>,
+    cluster_role_bindings: Store<ClusterRoleBinding>,
+    records: Store<Meta<Secret>>,
+    sccs: Option<Store<Meta<SecurityContextConstraints>>>,
+    ingress_classes: Option<Store<Meta<IngressClass>>>,
+}
+
+impl Cached {
+    fn start(
+        client: &Client,
+        platform: crate::platform::Platform,
+        operator_namespace: &str,
+        scope: Option<&str>,
+    ) -> Self {
+        let owned = || watcher::Config::default().labels(PART_OF_SELECTOR);
+        let any = watcher::Config::default;
+        let namespace_config = match scope {
+            Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+            None => watcher::Config::default(),
+        };
+        let (namespaces, s) = reflect_meta(Api::<Meta<Namespace>>::all(client.clone()), namespace_config);
+        drive(s);
+        let (pvcs, s) = reflect_meta(scoped_api::<Meta<PersistentVolumeClaim>>(client, scope), owned());
+        drive(s);
+        let (cluster_role_bindings, s) = reflect(Api::<ClusterRoleBinding>::all(client.clone()), owned());
+        drive(s);
+        let records_api = Api::<Meta<Secret>>::namespaced(client.clone(), operator_namespace);
+        let (records, s) = reflect_meta(records_api, watcher::Config::default().labels("owner=helm"));
+        drive(s);
+        let sccs = platform.sccs.then(|| {
+            let (store, s) = reflect_meta(Api::<Meta<SecurityContextConstraints>>::all(client.clone()), any());
+            drive(s);
+            store
+        });
+        let ingress_classes = (!platform.routes).then(|| {
+            let (store, s) = reflect_meta(Api::<Meta<IngressClass>>::all(client.clone()), any());
+            drive(s);
+            store
+        });
+        Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes }
+    }
 }
 
 /// Empty stores that never fill (for tests of the stages after observe).

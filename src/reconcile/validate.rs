@@ -8,8 +8,9 @@ use crate::api::TinycodeInstance;
 use crate::platform::scc::SccTier;
 use crate::platform::{self, Platform};
 use crate::reconcile::conditions::{self, Desired};
+use crate::reconcile::discover::approved_discovery;
 use crate::reconcile::kubeconfig::kubeconfig_warnings;
-use crate::reconcile::observe::{KubeconfigFacts, Observed, SecretFacts, approved_discovery};
+use crate::reconcile::observe::{KubeconfigFacts, Observed, SecretFacts};
 use crate::reconcile::reason::Blocked;
 use crate::reconcile::{approval, rules};
 use crate::render::naming;
@@ -70,24 +71,7 @@ pub fn validate(
     let spec = &inst.spec;
     let tier = SccTier::select(spec);
     if observed.offline {
-        let mut mounted = Vec::new();
-        let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
-        let mut warnings = warnings;
-        git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
-        return Ok(ValidInstance {
-            uid: inst.metadata.uid.clone().unwrap_or_default(),
-            pending_approvals: pending_approvals(inst, &ns),
-            name,
-            namespace: ns,
-            tier,
-            cluster_role: None,
-            discovery_namespaces: Vec::new(),
-            generate_password,
-            mounted,
-            kubeconfig_copy: None,
-            cluster_admin_condition: None,
-            warnings,
-        });
+        return offline(observed, inst, tier, warnings);
     }
     let labels = observed.namespace_labels.clone().unwrap_or_default();
     namespace_gates(observed, settings, &ns, tier, &labels)?;
@@ -129,6 +113,35 @@ pub fn validate(
         cluster_admin_condition,
         warnings,
         pending_approvals: Vec::new(),
+    })
+}
+
+/// Without a cluster: no gates, nothing approved (what would need approval
+/// is listed instead).
+fn offline(
+    observed: &Observed,
+    inst: &TinycodeInstance,
+    tier: SccTier,
+    mut warnings: Vec<String>,
+) -> Result<ValidInstance, Invalid> {
+    let name = inst.metadata.name.clone().unwrap_or_default();
+    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+    let mut mounted = Vec::new();
+    let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
+    git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
+    Ok(ValidInstance {
+        uid: inst.metadata.uid.clone().unwrap_or_default(),
+        pending_approvals: pending_approvals(inst, &ns),
+        name,
+        namespace: ns,
+        tier,
+        cluster_role: None,
+        discovery_namespaces: Vec::new(),
+        generate_password,
+        mounted,
+        kubeconfig_copy: None,
+        cluster_admin_condition: None,
+        warnings,
     })
 }
 

@@ -4,16 +4,17 @@
 //! they are accepted before or after the subcommand (`--concurrency 2 run` and
 //! `run --concurrency 2` are the same) and `run --help` lists them.
 
+mod run;
+mod values_cmd;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use kube::CustomResourceExt;
-use serde_json::json;
 
 use crate::api::TinycodeInstance;
-use crate::helm::Helm;
 use crate::platform::openshift;
 use crate::platform::scc::ALL_TIERS;
 use crate::render::values;
@@ -264,9 +265,9 @@ pub fn main(cli: Cli) -> ExitCode {
         }
     };
     match cli.command.unwrap_or(Command::Run) {
-        Command::Run => run(settings, cli.run),
+        Command::Run => run::run(settings, cli.run),
         Command::Crd => print_yaml(&[serde_json::to_value(TinycodeInstance::crd()).expect("crd")]),
-        Command::Values { file, namespace, offline } => values_cmd(&file, namespace, offline, &settings),
+        Command::Values { file, namespace, offline } => values_cmd::command(&file, namespace, offline, &settings),
         Command::ValuesSchema => {
             print!("{}", values::schema_json());
             ExitCode::SUCCESS
@@ -310,255 +311,5 @@ fn print_yaml(docs: &[serde_json::Value]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// What the operator would do for one CR, as JSON; non-zero with the status message when invalid.
-fn values_cmd(file: &PathBuf, namespace: Option<String>, offline: bool, settings: &Settings) -> ExitCode {
-    let text =
-        if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
-    let text = match text {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: cannot read {}: {e}", file.display());
-            return ExitCode::from(2);
-        }
-    };
-    let inst: TinycodeInstance = match serde_yaml::from_str(&text) {
-        Ok(i) => i,
-        Err(e) => {
-            eprintln!("error: {} is not a TinycodeInstance: {e}", file.display());
-            return ExitCode::from(2);
-        }
-    };
-    let Some(ns) = inst.metadata.namespace.clone().or(namespace) else {
-        eprintln!("error: metadata.namespace is unset; set it in the file or pass -n NAMESPACE");
-        return ExitCode::from(2);
-    };
-    let mut inst = inst;
-    inst.metadata.namespace = Some(ns.clone());
-    let warnings = match crate::reconcile::validate::spec_rules(&inst, settings) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("invalid spec: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    // The controller's own stages, on what can be known without a cluster.
-    let providers = if offline {
-        Vec::new()
-    } else {
-        let targets: Vec<(String, String)> =
-            inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets))
-    };
-    let observed = crate::reconcile::observe::Observed::assumed(providers);
-    let valid = match crate::reconcile::validate::validate(&observed, &inst, settings, warnings) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {}", e.message);
-            return ExitCode::from(1);
-        }
-    };
-    let plan = crate::reconcile::plan::plan(&valid, &observed, &inst, settings);
-    let mut warnings = valid.warnings.clone();
-    for c in plan.conditions.iter().filter(|_| !offline) {
-        if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status
-            || c.type_ == crate::reconcile::conditions::VLLM_CONFIG_READY && !c.status
-        {
-            warnings.push(c.message.clone());
-        }
-    }
-    warnings.extend(valid.pending_approvals.iter().cloned());
-    let generated = inst.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
-    let out = json!({
-        "release": plan.release_name,
-        "releaseNamespace": settings.operator_namespace,
-        "namespace": ns,
-        "scc": plan.tier.scc_name(),
-        "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::validate::PASSWORD_KEY, "generated": generated},
-        "values": plan.values,
-        "warnings": warnings,
-    });
-    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
-    ExitCode::SUCCESS
-}
-
-fn run(settings: Settings, args: RunArgs) -> ExitCode {
-    init_logging(args.log_json);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(run_async(settings, args))
-}
-
-async fn run_async(settings: Settings, args: RunArgs) -> ExitCode {
-    use std::sync::Arc;
-    use std::sync::atomic::Ordering;
-
-    let timings = match args.lease_timings() {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!(error = %e, "invalid leader election timings");
-            return ExitCode::from(2);
-        }
-    };
-    let client = match kube::Client::try_default().await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build a Kubernetes client; set KUBECONFIG or run in a pod");
-            return ExitCode::from(1);
-        }
-    };
-    if !settings.chart_path.join("Chart.yaml").is_file() {
-        tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
-        return ExitCode::from(1);
-    }
-    let mut settings = settings;
-    let choice = settings.platform_choice;
-    settings.platform = match crate::platform::detect(&client, choice).await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read API discovery to tell OpenShift from Kubernetes; set --platform");
-            return ExitCode::from(1);
-        }
-    };
-    tracing::info!(
-        platform = settings.platform.name(),
-        routes = settings.platform.routes,
-        sccs = settings.platform.sccs,
-        "platform"
-    );
-    let metrics = Arc::new(crate::ops::metrics::Metrics::new());
-    metrics.platform(settings.platform.name());
-    let health = Arc::new(crate::ops::health::HealthState::default());
-    health.alive.store(true, Ordering::Relaxed);
-    if let Err(e) =
-        crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone()).await
-    {
-        tracing::error!(error = %e, health = %args.health_addr, metrics = %args.metrics_addr, "cannot listen for health or metrics");
-        return ExitCode::from(1);
-    }
-
-    // One shutdown signal for everything: SIGTERM/SIGINT, or a lost lease.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stop_tx = Arc::new(stop_tx);
-    {
-        let stop_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-            }
-            let _ = stop_tx.send(true);
-        });
-    }
-
-    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
-    let elector = args.leader_elect.then(|| {
-        crate::ops::leader::Elector::new(client.clone(), &settings.operator_namespace, identity.clone(), timings)
-    });
-    // When the term of the lease acquired starts (see crate::leader).
-    let mut renewed = tokio::time::Instant::now();
-    if let Some(elector) = &elector {
-        let mut stop = stop_rx.clone();
-        tokio::select! {
-            sent = elector.acquire() => renewed = sent,
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => return ExitCode::SUCCESS,
-        }
-        tracing::info!(identity = %identity, "became the leader");
-    }
-    settings.lease_duration = timings.lease_duration;
-    settings.leading_since = renewed.into_std();
-    health.leader.store(true, Ordering::Relaxed);
-
-    // The APIs can change under a running operator (the OpenShift APIs
-    // installed or removed): re-read discovery each minute and restart on a
-    // change, so the watches and the code path match the cluster again.
-    let platform_changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if choice == crate::platform::PlatformChoice::Auto {
-        let (client, stop_tx, changed, current) =
-            (client.clone(), stop_tx.clone(), platform_changed.clone(), settings.platform);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                match crate::platform::detect(&client, choice).await {
-                    Ok(p) if p != current => {
-                        tracing::warn!(was = current.name(), now = p.name(), "the cluster's APIs changed; restarting");
-                        changed.store(true, Ordering::Relaxed);
-                        let _ = stop_tx.send(true);
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "cannot re-read API discovery"),
-                }
-            }
-        });
-    }
-
-    let helm = match Helm::new(
-        settings.helm_bin.clone(),
-        settings.chart_path.clone(),
-        settings.helm_timeout,
-        stop_rx.clone(),
-        metrics.clone(),
-    ) {
-        Ok(h) => h,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot create helm's working directory");
-            return ExitCode::from(1);
-        }
-    };
-    let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
-    tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
-    let mut stop = stop_rx.clone();
-    let shutdown = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
-    let controller = crate::reconcile::run(client, settings, helm, metrics, opts, health.clone(), shutdown);
-    match &elector {
-        // On a loss `lead` has dropped the controller: its reconcile tasks are
-        // aborted and a running helm is killed. Exit; the Deployment restarts
-        // this replica, which then stands by.
-        Some(elector) => {
-            if let Err(lost) = elector.lead(renewed, controller).await {
-                health.leader.store(false, Ordering::Relaxed);
-                tracing::error!(reason = %lost, "lost the leader lease: stopped reconciling; exiting");
-                return ExitCode::from(1);
-            }
-        }
-        None => controller.await,
-    }
-    if platform_changed.load(Ordering::Relaxed) {
-        if let Some(elector) = &elector {
-            elector.release().await;
-        }
-        return ExitCode::from(1);
-    }
-    if let Some(elector) = &elector {
-        elector.release().await;
-    }
-    tracing::info!("tinycode-operator stopped");
-    ExitCode::SUCCESS
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "tinycode-operator".into())
-}
-
-fn init_logging(json: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 #[cfg(test)]
-#[path = "cli_tests.rs"]
 mod tests;

@@ -1,0 +1,85 @@
+//! `tinycode-operator values`: what the operator would render for an
+//! instance file, through the controller's own validate and plan stages.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use crate::api::TinycodeInstance;
+use crate::settings::Settings;
+
+/// What the operator would do for one CR, as JSON; non-zero with the status message when invalid.
+pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, settings: &Settings) -> ExitCode {
+    let inst = match read_instance(file, namespace) {
+        Ok(inst) => inst,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+    let warnings = match crate::reconcile::validate::spec_rules(&inst, settings) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("invalid spec: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // The controller's own stages, on what can be known without a cluster.
+    let providers = if offline {
+        Vec::new()
+    } else {
+        let targets: Vec<(String, String)> =
+            inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets))
+    };
+    let observed = crate::reconcile::observe::Observed::assumed(providers);
+    let valid = match crate::reconcile::validate::validate(&observed, &inst, settings, warnings) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            return ExitCode::from(1);
+        }
+    };
+    let plan = crate::reconcile::plan::plan(&valid, &observed, &inst, settings);
+    let mut warnings = valid.warnings.clone();
+    for c in plan.conditions.iter().filter(|_| !offline) {
+        if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status
+            || c.type_ == crate::reconcile::conditions::VLLM_CONFIG_READY && !c.status
+        {
+            warnings.push(c.message.clone());
+        }
+    }
+    warnings.extend(valid.pending_approvals.iter().cloned());
+    let generated = inst.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
+    let out = json!({
+        "release": plan.release_name,
+        "releaseNamespace": settings.operator_namespace,
+        "namespace": ns,
+        "scc": plan.tier.scc_name(),
+        "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::validate::PASSWORD_KEY, "generated": generated},
+        "values": plan.values,
+        "warnings": warnings,
+    });
+    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    ExitCode::SUCCESS
+}
+
+/// The instance in `file` (`-`: stdin), its namespace set.
+fn read_instance(file: &PathBuf, namespace: Option<String>) -> Result<TinycodeInstance, String> {
+    let text =
+        if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
+    let text = text.map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let mut inst: TinycodeInstance =
+        serde_yaml::from_str(&text).map_err(|e| format!("{} is not a TinycodeInstance: {e}", file.display()))?;
+    let ns = inst
+        .metadata
+        .namespace
+        .clone()
+        .or(namespace)
+        .ok_or("metadata.namespace is unset; set it in the file or pass -n NAMESPACE")?;
+    inst.metadata.namespace = Some(ns);
+    Ok(inst)
+}
