@@ -5,13 +5,15 @@
 #   hack/bench.sh [N]            (default 100; BENCH_PROFILE=debug for a debug build)
 #
 # Figures: time until every instance has a Helm release and until every one is
-# Running (tinycode-local simulate plays the kubelet and the router), helm time per run,
-# reconciles and API requests (by verb, from the apiserver's apiserver_request_total;
-# the bench's own polling is included) per instance, CPU seconds of the operator,
-# of helm (the operator's reaped children), of kube-apiserver and of etcd,
-# reconciles and helm runs while idle, time for a restarted operator to resync
-# all instances (it must run no helm for unchanged instances), time for an
-# operator upgrade (a new chart version) to re-render all, time to delete all.
+# Running (tinycode-local simulate plays the kubelet and the router), helm time
+# and CPU per run, reconciles and API requests (by verb, from the apiserver's
+# apiserver_request_total; the bench's own polling is included) per instance,
+# CPU seconds of the operator, of helm (the operator's reaped children), of
+# kube-apiserver and of etcd, the operator's peak RSS; a 60 s idle period
+# (reconciles, helm runs, and the operator's requests and writes counted in the
+# apiserver's audit log); a restarted operator resyncing all instances (time,
+# helm runs, status writes); an operator upgrade (a new chart version)
+# re-rendering all; deleting all. BENCH_CONCURRENCY sets --concurrency.
 set -euo pipefail
 
 N=${1:-100}
@@ -24,6 +26,7 @@ HEALTH=127.0.0.1:18581
 METRICS=127.0.0.1:18583
 
 log() { printf 'bench: %s\n' "$*" >&2; }
+CONCURRENCY=${BENCH_CONCURRENCY:-}
 CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
 TICKS=$(getconf CLK_TCK)
 # cpu PID own|children: CPU seconds the process used itself, or its reaped children (helm).
@@ -32,6 +35,32 @@ cpu() {
 	[[ -r $f ]] || { echo 0; return; }
 	# The command name may hold spaces: count fields after its closing parenthesis.
 	sed 's/.*) //' "$f" | awk -v t="$TICKS" -v w="$2" '{ if (w == "own") print ($12 + $13) / t; else print ($14 + $15) / t }'
+}
+audit_mark() { stat -c %s "$CLUSTER_DIR/audit.log" 2>/dev/null || echo 0; }
+# audit_since OFFSET: "requests writes status-writes" of the operator (and its
+# helm) since OFFSET, leases and watches left out.
+audit_since() {
+	python3 - "$CLUSTER_DIR/audit.log" "$1" <<-'EOF'
+	import json, sys
+	path, offset = sys.argv[1], int(sys.argv[2])
+	with open(path, "rb") as f:
+	    f.seek(offset)
+	    data = f.read()
+	requests = writes = status = 0
+	for line in data.splitlines():
+	    try:
+	        e = json.loads(line)
+	    except ValueError:
+	        continue
+	    o = e.get("objectRef", {})
+	    if e.get("verb") == "watch" or o.get("resource") == "leases":
+	        continue
+	    requests += 1
+	    if e.get("verb") in ("create", "update", "patch", "delete", "deletecollection"):
+	        writes += 1
+	        status += o.get("resource") == "tinycodeinstances" and o.get("subresource") == "status"
+	print(requests, writes, status)
+	EOF
 }
 requests_by_verb() {
 	"$K" get --raw /metrics | awk '/^apiserver_request_total\{/ { if (match($0, /verb="[A-Z]+"/)) { v = substr($0, RSTART + 6, RLENGTH - 7); s[v] += $NF } }
@@ -49,7 +78,7 @@ op=
 CHART=$ROOT/helm-charts/tinycode
 start_operator() {
 	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
-		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::controller=info NO_COLOR=1 \
+		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 ${CONCURRENCY:+TINYCODE_CONCURRENCY=$CONCURRENCY} \
 		"$BIN/tinycode-operator" run >>"$STATE/operator.log" 2>&1 &
 	op=$!
 	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
@@ -94,18 +123,24 @@ sim=
 helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
 helm_sum=$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')
 
+peak_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$op/status")
+sleep 5 # the last status writes of the rollout settle
 r0=$(metric tinycode_operator_reconciles_total)
 h0=$(metric tinycode_operator_helm_invocations_total)
-sleep 30
+a0=$(audit_mark)
+sleep 60
 r1=$(metric tinycode_operator_reconciles_total)
 h1=$(metric tinycode_operator_helm_invocations_total)
+read -r idle_req idle_writes _ < <(audit_since "$a0")
 
 stop_operator
 t1=$(now)
+a1=$(audit_mark)
 start_operator
 until [[ $(metric 'tinycode_operator_reconciles_total{result="success"}' | cut -d. -f1) -ge $N ]]; do sleep 0.2; done
 resync_s=$(since "$t1")
 resync_helm=$(metric tinycode_operator_helm_invocations_total)
+read -r resync_req _ resync_status < <(audit_since "$a1")
 rss_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
 
 # An operator upgrade: the same operator with a chart whose version changed
@@ -124,16 +159,18 @@ t2=$(now)
 delete_s=$(since "$t2")
 
 printf '\ninstances                          %d\n' "$N"
-printf 'all installed after                %s s (concurrency 4)\n' "$install_s"
+printf 'all installed after                %s s (concurrency %s)\n' "$install_s" "${CONCURRENCY:-default}"
 printf 'all Running after                  %s s\n' "$running_s"
 printf 'reconciles per instance            %s\n' "$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')"
 printf 'API requests per instance by verb  %s\n' "$(join -a2 -e0 -o 0,1.2,2.2 <(echo "$req0") <(echo "$req1") | awk -v n="$N" '{ printf "%s %.1f  ", $1, ($3 - $2) / n }')"
 printf 'CPU s: operator / helm / apiserver / etcd  %s / %s / %s / %s\n' \
 	"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')"
-printf 'helm upgrade runs / mean duration  %.0f / %s s\n' "$helm_runs" "$(awk -v s="$helm_sum" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? s / n : 0 }')"
-printf 'idle 30 s: reconciles / helm runs  %.0f / %.0f\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')"
-printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0)\n' "$resync_s" "$resync_helm"
+printf 'helm upgrade runs / mean duration  %.0f / %s s, CPU per run %s s\n' "$helm_runs" "$(awk -v s="$helm_sum" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? s / n : 0 }')" \
+	"$(awk -v a="$helm0" -v b="$helm1" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? (b - a) / n : 0 }')"
+printf 'operator peak RSS (rollout)        %d MiB\n' "$((peak_kb / 1024))"
+printf 'idle 60 s: reconciles / helm runs  %.0f / %.0f; operator requests / writes %s / %s\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')" "$idle_req" "$idle_writes"
+printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0), requests %s, status writes %s\n' "$resync_s" "$resync_helm" "$resync_req" "$resync_status"
 printf 'operator RSS after resync          %d MiB\n' "$((rss_kb / 1024))"
 printf 'operator upgrade: all re-rendered  %s s\n' "$upgrade_s"
 printf 'all deleted after                  %s s\n' "$delete_s"

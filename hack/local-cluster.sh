@@ -485,7 +485,7 @@ start_apiserver() {
 		--profiling=false \
 		--audit-policy-file="${CLUSTER_DIR}/audit-policy.yaml" \
 		--audit-log-path="${CLUSTER_DIR}/audit.log" \
-		--audit-log-maxsize=200 \
+		--audit-log-maxsize=2000 \
 		--audit-log-maxbackup=1 \
 		</dev/null >"${CLUSTER_DIR}/kube-apiserver.log" 2>&1 8>&- 9>&- &
 	printf '%s\n' "$!" >"${CLUSTER_DIR}/kube-apiserver.pid"
