@@ -10,7 +10,9 @@ use std::time::Duration;
 use base64::Engine;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -85,9 +87,18 @@ pub async fn install_openshift_apis(client: &Client, dir: Option<&Path>) -> Resu
 /// their use roles, the operator's namespace, ServiceAccount and ClusterRole.
 pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
     apply_crd(client, &TinycodeInstance::crd()).await?;
+    install_scc_tiers(client).await?;
+    install_operator_account(client).await?;
+    install_cluster_rbac(client).await?;
+    install_leader_election_rbac(client).await?;
+    Ok(())
+}
+
+/// Each SCC tier and the ClusterRole that grants its use. On a plain
+/// Kubernetes (no SCC API) only the use roles are installed, as hack/install.sh does.
+async fn install_scc_tiers(client: &Client) -> Result<(), BoxError> {
     let sccs: Api<SecurityContextConstraints> = Api::all(client.clone());
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    // On a plain Kubernetes (no SCC API) only the use roles are installed, as hack/install.sh does.
     let has_sccs = client.list_api_groups().await?.groups.iter().any(|g| g.name == "security.openshift.io");
     for tier in ALL_TIERS {
         if has_sccs {
@@ -95,6 +106,11 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
         }
         roles.patch(&tier.use_cluster_role(), &pp(), &Patch::Apply(tier.use_role_manifest())).await?;
     }
+    Ok(())
+}
+
+/// The operator's namespace and the ServiceAccount it runs as.
+async fn install_operator_account(client: &Client) -> Result<(), BoxError> {
     apply_named::<Namespace>(
         client,
         OPERATOR_NAMESPACE,
@@ -108,6 +124,13 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
             &Patch::Apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": OPERATOR_SERVICE_ACCOUNT, "namespace": OPERATOR_NAMESPACE}})),
         )
         .await?;
+    Ok(())
+}
+
+/// The operator's ClusterRole, bound to its ServiceAccount, and the
+/// discovery ClusterRole it binds per namespace.
+async fn install_cluster_rbac(client: &Client) -> Result<(), BoxError> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
     roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
     roles
         .patch(approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
@@ -124,6 +147,11 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
     Api::<ClusterRoleBinding>::all(client.clone())
         .patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(manifest(&binding)))
         .await?;
+    Ok(())
+}
+
+/// The leader-election Role in the operator's namespace, bound to its ServiceAccount.
+async fn install_leader_election_rbac(client: &Client) -> Result<(), BoxError> {
     Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), OPERATOR_NAMESPACE)
         .patch(
             rbac::LEADER_ELECTION_ROLE,
@@ -156,9 +184,24 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
 /// from the roles its selectors match.
 pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    let routes_role = ClusterRole {
+    roles.patch(ROUTES_ADMIN_ROLE, &pp(), &Patch::Apply(manifest(&routes_admin_role()))).await?;
+    let mut all = roles.list(&Default::default()).await?.items;
+    aggregate(&mut all);
+    for role in all.iter().filter(|r| r.aggregation_rule.is_some()) {
+        let name = role.metadata.name.clone().unwrap_or_default();
+        roles.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"rules": role.rules}))).await?;
+    }
+    Ok(())
+}
+
+/// The ClusterRole that stands in for OpenShift's Route rules.
+const ROUTES_ADMIN_ROLE: &str = "tinycode-local:openshift-routes-admin";
+
+/// The Route rules OpenShift aggregates into `admin` and `edit`.
+fn routes_admin_role() -> ClusterRole {
+    ClusterRole {
         metadata: ObjectMeta {
-            name: Some("tinycode-local:openshift-routes-admin".into()),
+            name: Some(ROUTES_ADMIN_ROLE.into()),
             labels: Some(
                 [
                     ("rbac.authorization.k8s.io/aggregate-to-admin".to_string(), "true".to_string()),
@@ -177,32 +220,18 @@ pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
             ..Default::default()
         }]),
         ..Default::default()
-    };
-    roles.patch("tinycode-local:openshift-routes-admin", &pp(), &Patch::Apply(manifest(&routes_role))).await?;
+    }
+}
 
-    // Aggregated roles feed each other (edit aggregates into admin), so
-    // repeat until nothing changes, as the controller would converge.
-    let mut all = roles.list(&Default::default()).await?.items;
+/// Fills each aggregated role's rules from the roles its selectors match.
+/// Aggregated roles feed each other (edit aggregates into admin), so this
+/// repeats until nothing changes, as the controller would converge.
+fn aggregate(all: &mut [ClusterRole]) {
     for _ in 0..5 {
         let mut changed = false;
         for i in 0..all.len() {
             let Some(rule) = all[i].aggregation_rule.clone() else { continue };
-            let mut rules: Vec<PolicyRule> = Vec::new();
-            for selector in rule.cluster_role_selectors.iter().flatten() {
-                let wanted = selector.match_labels.clone().unwrap_or_default();
-                for other in &all {
-                    let labels = other.metadata.labels.clone().unwrap_or_default();
-                    if other.metadata.name != all[i].metadata.name
-                        && wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
-                    {
-                        for r in other.rules.iter().flatten() {
-                            if !rules.contains(r) {
-                                rules.push(r.clone());
-                            }
-                        }
-                    }
-                }
-            }
+            let rules = matched_rules(all, &rule, all[i].metadata.name.as_ref());
             if all[i].rules.as_ref() != Some(&rules) {
                 all[i].rules = Some(rules);
                 changed = true;
@@ -212,11 +241,26 @@ pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
             break;
         }
     }
-    for role in all.iter().filter(|r| r.aggregation_rule.is_some()) {
-        let name = role.metadata.name.clone().unwrap_or_default();
-        roles.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"rules": role.rules}))).await?;
+}
+
+/// The rules of every other role (not `own`) that one of `rule`'s selectors
+/// matches, each once, in the order found.
+fn matched_rules(all: &[ClusterRole], rule: &AggregationRule, own: Option<&String>) -> Vec<PolicyRule> {
+    let mut rules: Vec<PolicyRule> = Vec::new();
+    for selector in rule.cluster_role_selectors.iter().flatten() {
+        let wanted = selector.match_labels.clone().unwrap_or_default();
+        for other in all {
+            let labels = other.metadata.labels.clone().unwrap_or_default();
+            if other.metadata.name.as_ref() != own && wanted.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                for r in other.rules.iter().flatten() {
+                    if !rules.contains(r) {
+                        rules.push(r.clone());
+                    }
+                }
+            }
+        }
     }
-    Ok(())
+    rules
 }
 
 /// Prepares a namespace as the README tells a cluster-admin to: the
@@ -308,4 +352,37 @@ where
 {
     Api::<K>::all(client.clone()).patch(name, &pp(), &Patch::Apply(obj)).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(name: &str, labels: &[&str], aggregates: Option<&str>, resource: Option<&str>) -> ClusterRole {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels.iter().map(|l| (*l, "true")).collect::<std::collections::BTreeMap<_, _>>()},
+            "aggregationRule": aggregates.map(|l| json!({"clusterRoleSelectors": [{"matchLabels": {l: "true"}}]})),
+            "rules": resource.map(|r| json!([{"apiGroups": [""], "resources": [r], "verbs": ["get"]}])),
+        }))
+        .unwrap()
+    }
+
+    fn resources(role: &ClusterRole) -> Vec<String> {
+        role.rules.iter().flatten().flat_map(|r| r.resources.clone().unwrap_or_default()).collect()
+    }
+
+    #[test]
+    fn aggregation_reaches_through_an_aggregated_role() {
+        // admin aggregates edit, which aggregates the routes role: listed in
+        // the order that needs a second pass.
+        let mut all = vec![
+            role("admin", &[], Some("to-admin"), None),
+            role("edit", &["to-admin"], Some("to-edit"), Some("pods")),
+            role("routes", &["to-edit"], None, Some("routes")),
+        ];
+        aggregate(&mut all);
+        assert_eq!(resources(&all[1]), ["routes"]);
+        assert_eq!(resources(&all[0]), ["routes"]);
+        assert_eq!(resources(&all[2]), ["routes"]);
+    }
 }

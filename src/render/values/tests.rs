@@ -1,6 +1,7 @@
 //! Tests of the chart values built from a spec.
 
 use super::*;
+use crate::api::AccessMode;
 
 const INST: InstanceRef<'static> = InstanceRef { name: "dev", namespace: "team", uid: "uid-1" };
 

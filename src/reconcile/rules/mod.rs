@@ -1,0 +1,166 @@
+//! Reconcile-time validation of a `TinycodeInstance` (pure).
+//!
+//! The CRD rejects most bad input at admission; this is the second line of
+//! defence for objects admitted before a CRD upgrade and for rules that need
+//! operator settings (the registry allow-list, reserved namespaces). Every
+//! error names the field and says how to fix it.
+
+use std::fmt;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::api::{self, TinycodeInstanceSpec};
+use crate::settings::Settings;
+
+mod checks;
+
+/// One rule a spec breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON path such as `spec.git.url`.
+    pub field: String,
+    /// What is wrong and what to do instead.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// All the rules a spec breaks, in field order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct InvalidSpec(pub Vec<FieldError>);
+
+impl fmt::Display for InvalidSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+macro_rules! pattern {
+    ($name:ident, $re:expr) => {
+        static $name: LazyLock<Regex> = LazyLock::new(|| Regex::new($re).expect("valid pattern"));
+    };
+}
+
+pattern!(IMAGE, api::IMAGE_PATTERN);
+pattern!(GIT_URL, api::GIT_URL_PATTERN);
+pattern!(GIT_BRANCH, api::GIT_BRANCH_PATTERN);
+pattern!(VLLM_NAME, api::VLLM_NAME_PATTERN);
+pattern!(HTTP_URL, api::HTTP_URL_PATTERN);
+pattern!(DNS_SUBDOMAIN, api::DNS_SUBDOMAIN_PATTERN);
+pattern!(NAMESPACE_OR_STAR, api::NAMESPACE_OR_STAR_PATTERN);
+pattern!(URL_USERINFO, api::URL_USERINFO_PATTERN);
+pattern!(GIT_USERINFO, api::GIT_USERINFO_PATTERN);
+pattern!(SSH_PASSWORD, api::SSH_PASSWORD_PATTERN);
+pattern!(INSTANCE_NAME, r"^[a-z]([-a-z0-9]*[a-z0-9])?$");
+
+/// Validates an instance; returns its non-blocking warnings when it is valid.
+///
+/// One check per concern (in `checks.rs`), run in field order, so the
+/// errors read in the order of the spec.
+pub fn validate(
+    name: &str,
+    namespace: &str,
+    spec: &TinycodeInstanceSpec,
+    settings: &Settings,
+) -> Result<Vec<String>, InvalidSpec> {
+    let mut errs = Vec::new();
+    let mut err = |field: &str, message: String| errs.push(FieldError { field: field.into(), message });
+
+    checks::metadata(name, namespace, settings, &mut err);
+    checks::image(&spec.image, settings, &mut err);
+    checks::replicas(spec.replicas, &mut err);
+    checks::quantities(spec, &mut err);
+    checks::storage(spec, &mut err);
+    checks::hostname(spec.hostname.as_deref(), &mut err);
+    checks::ollama(spec, &mut err);
+    checks::auth(spec, &mut err);
+    checks::cluster_admin(spec, &mut err);
+    checks::vllm(spec.vllm.as_deref(), &mut err);
+    checks::discovery(spec, &mut err);
+    checks::git(spec, &mut err);
+
+    if !errs.is_empty() {
+        return Err(InvalidSpec(errs));
+    }
+
+    Ok(Vec::new())
+}
+
+/// What a URL carries besides an address, if anything: user-info, a query
+/// or a fragment. Mirrors the CEL rules [`api::HTTP_URL_HYGIENE_RULE`] and
+/// (with `git`) [`api::GIT_URL_HYGIENE_RULE`]: for git only a password is
+/// refused in ssh:// URLs, and the scp-like `git@host:path` form is fine.
+/// The URL itself is never echoed: it may hold a secret.
+pub fn url_extras(url: &str, git: bool) -> Option<&'static str> {
+    let userinfo =
+        if git { GIT_USERINFO.is_match(url) || SSH_PASSWORD.is_match(url) } else { URL_USERINFO.is_match(url) };
+    if userinfo {
+        Some("the URL holds credentials (user-info before @)")
+    } else if url.contains('?') {
+        Some("the URL has a query (?)")
+    } else if url.contains('#') {
+        Some("the URL has a fragment (#)")
+    } else {
+        None
+    }
+}
+
+/// Why a namespace may not hold instances, if it may not.
+pub fn reserved_namespace(namespace: &str, settings: &Settings) -> Option<String> {
+    let reserved = namespace == "default"
+        || namespace.starts_with("kube-")
+        || namespace.starts_with("openshift-")
+        || namespace == "openshift"
+        || namespace == settings.operator_namespace;
+    reserved.then(|| {
+        format!(
+            "namespace {namespace:?} is reserved (default, kube-*, openshift-* and the operator's own); create the instance in a namespace prepared for tinycode, e.g. `oc new-project tinycode-dev`"
+        )
+    })
+}
+
+/// Parses a Kubernetes quantity (`500m`, `2`, `1.5Gi`, `1e3`) to its value.
+pub fn parse_quantity(s: &str) -> Option<f64> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > 64 {
+        return None;
+    }
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let digits = num.trim_start_matches(['+', '-']);
+    if digits.is_empty() || digits.contains(['+', '-']) || digits.matches('.').count() > 1 || digits == "." {
+        return None;
+    }
+    let value: f64 = num.parse().ok()?;
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().ok()?;
+            10f64.powi(e)
+        }
+        _ => return None,
+    };
+    Some(value * factor)
+}
+
+#[cfg(test)]
+mod tests;

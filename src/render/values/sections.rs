@@ -1,0 +1,332 @@
+//! The sections of [`Values`](super::Values), each built from its part of
+//! the spec by its `of`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::{Approved, InstanceRef, sha256_hex};
+use crate::api::{AccessMode, Auth, ClusterAdmin, Git, ModelLimits, Ollama, Resources, Shell, Storage, VllmProvider};
+use crate::platform::scc::SccTier;
+use crate::render::naming;
+use crate::settings::Settings;
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkPolicyValues {
+    /// Labels of the namespaces whose pods may reach the UI besides the
+    /// instance's own: the OpenShift router's, or the ingress controller's.
+    pub ingress_namespace_labels: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceValues {
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// Owner UID for ownerReferences; empty renders none.
+    pub uid: String,
+}
+
+/// The names of the chart's objects, derived by `crate::render::naming` (shortened with a
+/// digest where `<instance name><suffix>` would pass the limit); the chart
+/// never builds a name from the instance name itself.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NameValues {
+    /// `<name>-tinycode`: Deployment, Service, ServiceAccount, NetworkPolicy (and the operator's Route).
+    #[schemars(length(min = 1, max = 63))]
+    pub fullname: String,
+    /// `<name>-ollama`: the bundled Ollama's Deployment, Service, NetworkPolicy.
+    #[schemars(length(min = 1, max = 63))]
+    pub ollama: String,
+    /// `<name>-tinycode-config`: the generated-config ConfigMap.
+    #[schemars(length(min = 1, max = 63))]
+    pub config_map: String,
+    /// `<name>-data`
+    #[schemars(length(min = 1, max = 63))]
+    pub data_pvc: String,
+    /// `<name>-projects`
+    #[schemars(length(min = 1, max = 63))]
+    pub projects_pvc: String,
+    /// `<name>-ollama-models`
+    #[schemars(length(min = 1, max = 63))]
+    pub ollama_models_pvc: String,
+    /// `<name>-tinycode-discovery`: Role and RoleBinding in the instance namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub discovery_role: String,
+    /// `tinycode:<namespace>:<name>-cluster-role`: the ClusterRoleBinding of the approved cluster role.
+    #[schemars(length(min = 1, max = 253))]
+    pub cluster_role_binding: String,
+    /// `tinycode:<namespace>:<name>-discovery`: the RoleBinding in each discovery namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub discovery_binding: String,
+}
+
+impl NameValues {
+    pub fn of(namespace: &str, name: &str) -> Self {
+        NameValues {
+            fullname: naming::fullname(name),
+            ollama: naming::ollama(name),
+            config_map: naming::config_map(name),
+            data_pvc: naming::data_pvc(name),
+            projects_pvc: naming::projects_pvc(name),
+            ollama_models_pvc: naming::ollama_models_pvc(name),
+            discovery_role: naming::discovery_role(name),
+            cluster_role_binding: naming::cluster_role_binding(namespace, name),
+            discovery_binding: naming::discovery_binding(namespace, name),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesValues {
+    pub limits: AmountValues,
+    pub requests: AmountValues,
+}
+
+impl ResourcesValues {
+    /// The spec's limits and requests as given (the rules checked they are quantities).
+    pub(super) fn of(resources: &Resources) -> Self {
+        ResourcesValues {
+            limits: AmountValues { cpu: resources.limits.cpu.clone(), memory: resources.limits.memory.clone() },
+            requests: AmountValues { cpu: resources.requests.cpu.clone(), memory: resources.requests.memory.clone() },
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AmountValues {
+    #[schemars(length(min = 1))]
+    pub cpu: String,
+    #[schemars(length(min = 1))]
+    pub memory: String,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageValues {
+    pub data_size: String,
+    pub projects_size: String,
+    pub projects_access_mode: AccessMode,
+    pub storage_class_name: String,
+    pub host_path: HostPathValues,
+    pub retain_on_delete: bool,
+    pub data_volume: VolumeSource,
+    pub projects_volume: VolumeSource,
+}
+
+impl StorageValues {
+    /// The volumes follow from the replicas and the hostPath: SQLite cannot
+    /// be shared between pods, and a hostPath instance keeps no PVCs.
+    pub(super) fn of(storage: &Storage, replicas: i32) -> Self {
+        let host_path = storage.host_path.as_ref();
+        let shared = replicas > 1;
+        StorageValues {
+            data_size: storage.data_size.clone(),
+            projects_size: storage.projects_size.clone(),
+            projects_access_mode: storage.projects_access_mode,
+            storage_class_name: storage.storage_class_name.clone().unwrap_or_default(),
+            host_path: HostPathValues {
+                path: host_path.map(|h| h.path.clone()).unwrap_or_default(),
+                read_only: host_path.is_some_and(|h| h.read_only),
+            },
+            retain_on_delete: storage.retain_on_delete,
+            data_volume: if shared || host_path.is_some() { VolumeSource::EmptyDir } else { VolumeSource::Pvc },
+            projects_volume: if host_path.is_some() { VolumeSource::HostPath } else { VolumeSource::Pvc },
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VolumeSource {
+    #[serde(rename = "pvc")]
+    Pvc,
+    #[serde(rename = "emptyDir")]
+    EmptyDir,
+    #[serde(rename = "hostPath")]
+    HostPath,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostPathValues {
+    pub path: String,
+    pub read_only: bool,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OllamaValues {
+    pub enabled: bool,
+    pub host: String,
+    pub models: Vec<String>,
+    pub image: String,
+    pub models_size: String,
+}
+
+impl OllamaValues {
+    /// The spec's Ollama; the bundled server's image and volume size are the operator's settings.
+    pub(super) fn of(ollama: &Ollama, settings: &Settings) -> Self {
+        OllamaValues {
+            enabled: ollama.enabled,
+            host: ollama.host.clone().unwrap_or_default(),
+            models: ollama.models.clone().unwrap_or_default(),
+            image: settings.ollama_image.clone(),
+            models_size: settings.ollama_models_size.clone(),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthValues {
+    /// Secret with key TINYCODE_SERVER_PASSWORD: the spec's, or the generated `<name>-tinycode-password`.
+    #[schemars(length(min = 1))]
+    pub password_secret: String,
+}
+
+impl AuthValues {
+    /// No password named: the operator generates one, never an open instance.
+    pub(super) fn of(name: &str, auth: &Auth) -> Self {
+        AuthValues {
+            password_secret: auth
+                .password_secret
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| naming::generated_password(name)),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShellValues {
+    pub enabled: bool,
+    pub allowed_commands: Vec<String>,
+}
+
+impl ShellValues {
+    /// The spec's shell; no allow-list is the empty list.
+    pub(super) fn of(shell: &Shell) -> Self {
+        ShellValues { enabled: shell.enabled, allowed_commands: shell.allowed_commands.clone().unwrap_or_default() }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterAdminValues {
+    pub enabled: bool,
+    pub kubeconfig_secret_name: String,
+    pub kubeconfig_secret_key: String,
+    pub oc_version: String,
+    pub kubeconfig_namespace: String,
+    /// The approved ClusterRole bound cluster-wide ("" = none); only then does the pod mount its token.
+    pub cluster_role: String,
+    /// Secret mounted in the instance namespace (a copy when kubeconfigNamespace is set).
+    pub mount_secret_name: String,
+}
+
+impl ClusterAdminValues {
+    /// The spec's cluster-admin mode with the approved cluster role; a
+    /// kubeconfig from another namespace is mounted from its copy.
+    pub(super) fn of(inst: &InstanceRef<'_>, ca: &ClusterAdmin, approved: &Approved) -> Self {
+        let kubeconfig_ns = ca.kubeconfig_namespace.clone().unwrap_or_default();
+        let mount_secret_name = if !ca.enabled {
+            String::new()
+        } else if !kubeconfig_ns.is_empty() && kubeconfig_ns != inst.namespace {
+            naming::kubeconfig_copy(inst.name)
+        } else {
+            ca.kubeconfig_secret_name.clone().unwrap_or_default()
+        };
+        ClusterAdminValues {
+            enabled: ca.enabled,
+            kubeconfig_secret_name: ca.kubeconfig_secret_name.clone().unwrap_or_default(),
+            kubeconfig_secret_key: ca.kubeconfig_secret_key.clone(),
+            oc_version: ca.oc_version.clone(),
+            kubeconfig_namespace: kubeconfig_ns,
+            cluster_role: approved.cluster_role.clone().unwrap_or_default(),
+            mount_secret_name,
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VllmValues {
+    pub name: String,
+    pub url: String,
+    pub models: BTreeMap<String, ModelLimits>,
+}
+
+impl VllmValues {
+    /// One provider; no per-model limits is the empty map.
+    pub(super) fn of(provider: &VllmProvider) -> Self {
+        VllmValues {
+            name: provider.name.clone(),
+            url: provider.url.clone(),
+            models: provider.models.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryValues {
+    /// Other namespaces (approved by their label) where the ServiceAccount may list Services.
+    pub namespaces: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitValues {
+    pub url: String,
+    pub branch: String,
+    pub credentials_secret: String,
+    pub pull_on_restart: bool,
+    #[schemars(range(min = 1))]
+    pub depth: i32,
+}
+
+impl GitValues {
+    /// The spec's git workspace; no workspace is the empty URL (depth 1).
+    pub(super) fn of(git: Option<&Git>) -> Self {
+        GitValues {
+            url: git.map(|g| g.url.clone()).unwrap_or_default(),
+            branch: git.and_then(|g| g.branch.clone()).unwrap_or_default(),
+            credentials_secret: git.and_then(|g| g.credentials_secret.clone()).unwrap_or_default(),
+            pull_on_restart: git.is_some_and(|g| g.pull_on_restart),
+            depth: git.map_or(1, |g| g.depth),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SccValues {
+    pub tier: SccTier,
+    pub name: String,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigValues {
+    /// Generated config.json; the ConfigMap exists only when this is non-empty.
+    pub json: String,
+    /// sha256 of `json`, so a changed config rolls the pods.
+    pub checksum: String,
+}
+
+impl ConfigValues {
+    /// The generated config and its checksum; no config is empty, checksum too.
+    pub(super) fn of(config_json: Option<String>) -> Self {
+        let json = config_json.unwrap_or_default();
+        let checksum = if json.is_empty() { String::new() } else { sha256_hex(json.as_bytes()) };
+        ConfigValues { json, checksum }
+    }
+}

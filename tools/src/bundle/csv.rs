@@ -1,0 +1,190 @@
+//! The ClusterServiceVersion: what OperatorHub shows, what OLM installs
+//! (the manager Deployment and its permissions) and the CRD it owns.
+
+use base64::Engine;
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use super::descriptors::{SPEC_DESCRIPTORS, STATUS_DESCRIPTORS, descriptors};
+use super::{MIN_KUBE_VERSION, PACKAGE, alm_examples, manager_deployment, operator_image};
+use tinycode_operator::api::{DEFAULT_IMAGE, TinycodeInstance};
+use tinycode_operator::platform::rbac;
+use tinycode_operator::settings::DEFAULT_OPERATOR_NAMESPACE;
+
+const REPOSITORY: &str = "https://github.com/bobbyjohnstx/tinycode-operator";
+const ICON_SVG: &str = include_str!("../../../config/manifests/icon.svg");
+
+/// The ClusterServiceVersion.
+pub fn cluster_service_version() -> Value {
+    let version = tinycode_operator::VERSION;
+    let image = operator_image();
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "ClusterServiceVersion",
+        "metadata": csv_metadata(version, &image),
+        "spec": {
+            "displayName": "Tinycode Operator",
+            "description": description(),
+            "version": version,
+            "minKubeVersion": MIN_KUBE_VERSION,
+            "maturity": "alpha",
+            "provider": {"name": "tinycode-operator maintainers", "url": REPOSITORY},
+            "maintainers": [{"name": "tinycode-operator maintainers", "email": "tinycode-operator@example.com"}],
+            "links": [
+                {"name": "Source", "url": REPOSITORY},
+                {"name": "tinycode", "url": "https://github.com/bobbyjohnstx/tinycode"},
+                {"name": "tinycode container", "url": "https://github.com/bobbyjohnstx/tinycode-container"},
+            ],
+            "keywords": ["tinycode", "ai", "coding assistant", "llm", "vllm", "ollama", "developer tools"],
+            "icon": [{"base64data": icon_base64(), "mediatype": "image/svg+xml"}],
+            "installModes": [
+                {"type": "OwnNamespace", "supported": false},
+                {"type": "SingleNamespace", "supported": false},
+                {"type": "MultiNamespace", "supported": false},
+                {"type": "AllNamespaces", "supported": true},
+            ],
+            "customresourcedefinitions": {"owned": [owned_crd()]},
+            "install": install_strategy(),
+            "relatedImages": [
+                {"name": "tinycode-operator", "image": image},
+                {"name": "tinycode", "image": DEFAULT_IMAGE},
+            ],
+        },
+    })
+}
+
+/// The CSV's metadata: the annotations OperatorHub and the console show
+/// (alm-examples pre-fills the create form) and the supported platforms.
+fn csv_metadata(version: &str, image: &str) -> Value {
+    let examples = serde_json::to_string_pretty(&alm_examples()).expect("examples serialise");
+    json!({
+        "name": format!("{PACKAGE}.v{version}"),
+        "namespace": "placeholder",
+        "annotations": {
+            "alm-examples": examples,
+            "capabilities": "Basic Install",
+            "categories": "AI/Machine Learning,Developer Tools",
+            "containerImage": image,
+            "description": "Installs and manages tinycode AI coding assistant instances on OpenShift",
+            "operatorframework.io/suggested-namespace": DEFAULT_OPERATOR_NAMESPACE,
+            "repository": REPOSITORY,
+            "support": "tinycode-operator maintainers",
+        },
+        "labels": {
+            "operatorframework.io/arch.amd64": "supported",
+            "operatorframework.io/os.linux": "supported",
+        },
+    })
+}
+
+/// The owned CRD: the kinds an instance creates (the console's resources
+/// tab) and the descriptors of its form and status view.
+fn owned_crd() -> Value {
+    let crd = TinycodeInstance::crd();
+    let owned_resources = json!([
+        {"kind": "Deployment", "name": "", "version": "v1"},
+        {"kind": "Service", "name": "", "version": "v1"},
+        {"kind": "PersistentVolumeClaim", "name": "", "version": "v1"},
+        {"kind": "ServiceAccount", "name": "", "version": "v1"},
+        {"kind": "ConfigMap", "name": "", "version": "v1"},
+        {"kind": "NetworkPolicy", "name": "", "version": "v1"},
+        {"kind": "Role", "name": "", "version": "v1"},
+        {"kind": "RoleBinding", "name": "", "version": "v1"},
+        {"kind": "Route", "name": "", "version": "v1"},
+    ]);
+    json!({
+        "name": crd.metadata.name.clone().expect("crd name"),
+        "version": tinycode_operator::api::VERSION,
+        "kind": crd.spec.names.kind.clone(),
+        "displayName": "Tinycode Instance",
+        "description": "One tinycode AI coding assistant: a Helm release of the bundled chart, a Route and an SCC grant",
+        "resources": owned_resources,
+        "specDescriptors": descriptors(SPEC_DESCRIPTORS),
+        "statusDescriptors": descriptors(STATUS_DESCRIPTORS),
+    })
+}
+
+/// How OLM installs the operator: the manager Deployment, with the
+/// permissions of [`rbac`] granted to its ServiceAccount (cluster-wide, and
+/// leader election in the install namespace).
+fn install_strategy() -> Value {
+    let deployment = manager_deployment();
+    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("manager.yaml names a serviceAccountName")
+        .to_string();
+    let cluster_rules = serde_json::to_value(rbac::cluster_role().rules.unwrap_or_default()).expect("rules");
+    let leader_rules =
+        serde_json::to_value(rbac::leader_election_role(DEFAULT_OPERATOR_NAMESPACE).rules.unwrap_or_default())
+            .expect("rules");
+    json!({
+        "strategy": "deployment",
+        "spec": {
+            "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_rules}],
+            "permissions": [{"serviceAccountName": sa, "rules": leader_rules}],
+            "deployments": [{
+                "name": deployment["metadata"]["name"],
+                "label": deployment["metadata"]["labels"],
+                "spec": olm_deployment_spec(),
+            }],
+        },
+    })
+}
+
+/// The Deployment spec OLM installs: the manager's, without the fixed UID.
+/// On OpenShift a Deployment that OLM installs runs under the install
+/// namespace's restricted-v2 SCC, which assigns a UID from the namespace's
+/// range and rejects `runAsUser: 1001`; the image's USER is 1001 anyway, so
+/// plain Kubernetes still runs it as 1001, and the pod stays non-root
+/// either way (`runAsNonRoot`).
+fn olm_deployment_spec() -> Value {
+    let mut spec = manager_deployment()["spec"].clone();
+    let pod = &mut spec["template"]["spec"];
+    if let Some(sc) = pod["securityContext"].as_object_mut() {
+        sc.remove("runAsUser");
+    }
+    for c in pod["containers"].as_array_mut().into_iter().flatten() {
+        if let Some(sc) = c["securityContext"].as_object_mut() {
+            sc.remove("runAsUser");
+        }
+    }
+    spec
+}
+
+fn description() -> String {
+    format!(
+        "tinycode-operator installs and manages [tinycode](https://github.com/bobbyjohnstx/tinycode), a web-based AI \
+coding assistant, on OpenShift. Each `TinycodeInstance` becomes one Helm release of the bundled chart (Deployment, \
+Service, PVCs, NetworkPolicy, optional Ollama), an OpenShift Route and the least-privileged SecurityContextConstraints \
+grant its spec needs.
+
+## Before the first instance (cluster-admin)
+
+1. Install the three SCCs once; OLM bundles cannot carry SCCs:
+   `oc apply -f config/scc/sccs.yaml` (from the operator's repository).
+2. Prepare each namespace instances go into: the operator's ServiceAccount needs `admin` there, and the
+   instance needs a password Secret:
+   `hack/prepare-namespace.sh tinycode-dev --generate-password --operator-namespace <namespace this operator runs in>`,
+   or by hand:
+   `oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount=<operator namespace>:tinycode-operator-manager -n tinycode-dev`.
+   An instance in an unprepared namespace reports the exact commands in its status.
+3. The `tinycode-hostpath` and `tinycode-shell` tiers need the namespace approved:
+   `oc label namespace tinycode-dev tinycode.dev/allow-hostpath=true` (or `tinycode.dev/allow-shell=true`).
+
+## Self-service
+
+`tinycode-user-role` lets a user manage instances and the password Secret in one namespace when bound there
+with a RoleBinding; namespace admins and editors can manage instances without it.
+
+## Data
+
+Deleting an instance uninstalls its release and keeps its PVCs (`spec.storage.retainOnDelete`, default true);
+an instance created again with the same name re-uses them.
+
+Source and documentation: {REPOSITORY}"
+    )
+}
+
+fn icon_base64() -> String {
+    base64::engine::general_purpose::STANDARD.encode(ICON_SVG.as_bytes())
+}
