@@ -58,18 +58,6 @@ impl Phase {
     }
 }
 
-/// A status condition; `lastTransitionTime` changes only when `status` flips.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// True, False or Unknown.
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    /// RFC 3339 time of the last status flip.
-    pub last_transition_time: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
+/// A status condition (the Kubernetes type); `lastTransitionTime` changes
+/// only when `status` flips.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

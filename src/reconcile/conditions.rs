@@ -2,6 +2,8 @@
 //! transition time unless their status flips, and the phase/Ready decision
 //! from what the cluster reports.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use crate::api::{Condition, Phase, TinycodeInstanceStatus};
 
 pub const READY: &str = "Ready";
@@ -49,7 +51,7 @@ pub fn merge_conditions(
                 .iter()
                 .find(|c| c.type_ == d.type_ && c.status == status)
                 .map(|c| c.last_transition_time.clone())
-                .unwrap_or_else(|| now.to_string());
+                .unwrap_or_else(|| time(now));
             Condition {
                 type_: d.type_.to_string(),
                 status,
@@ -60,6 +62,11 @@ pub fn merge_conditions(
             }
         })
         .collect()
+}
+
+/// An RFC 3339 time as a condition time (the epoch for anything else).
+pub fn time(rfc3339: &str) -> Time {
+    Time(rfc3339.parse().unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
 }
 
 /// What the cluster says about the workload (Deployment and exposure).
@@ -176,7 +183,7 @@ mod tests {
             status: status.into(),
             reason: "R".into(),
             message: "m".into(),
-            last_transition_time: t.into(),
+            last_transition_time: time(t),
             observed_generation: Some(1),
         }
     }
@@ -190,21 +197,22 @@ mod tests {
             "2026-01-02T00:00:00Z",
             Some(2),
         );
-        assert_eq!(same[0].last_transition_time, "2026-01-01T00:00:00Z");
+        assert_eq!(same[0].last_transition_time, time("2026-01-01T00:00:00Z"));
         assert_eq!(same[0].message, "still");
         assert_eq!(same[0].observed_generation, Some(2));
         let flipped =
             merge_conditions(&prev, &[Desired::new(READY, true, "Available", "up")], "2026-01-02T00:00:00Z", Some(2));
-        assert_eq!(flipped[0].last_transition_time, "2026-01-02T00:00:00Z");
+        assert_eq!(flipped[0].last_transition_time, time("2026-01-02T00:00:00Z"));
         assert_eq!(flipped[0].status, "True");
     }
 
     #[test]
     fn undesired_conditions_are_dropped() {
-        let prev = vec![cond(READY, "True", "t0"), cond(VLLM_CONFIG_READY, "True", "t0")];
+        let prev =
+            vec![cond(READY, "True", "2026-01-01T00:00:00Z"), cond(VLLM_CONFIG_READY, "True", "2026-01-01T00:00:00Z")];
         let out = merge_conditions(&prev, &[Desired::new(READY, true, "Available", "up")], "t1", None);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].last_transition_time, "t0");
+        assert_eq!(out[0].last_transition_time, time("2026-01-01T00:00:00Z"));
     }
 
     #[test]
@@ -255,19 +263,22 @@ mod tests {
         let prev = TinycodeInstanceStatus {
             phase: Some(Phase::Running),
             url: Some("https://x".into()),
-            conditions: vec![cond(READY, "True", "t0"), cond(VLLM_WARNING, "False", "t0")],
+            conditions: vec![
+                cond(READY, "True", "2026-01-01T00:00:00Z"),
+                cond(VLLM_WARNING, "False", "2026-01-01T00:00:00Z"),
+            ],
             ..Default::default()
         };
-        let s = failed(Some(&prev), "SecretMissing", "create it", &[], "t1", Some(3));
+        let s = failed(Some(&prev), "SecretMissing", "create it", &[], "2026-01-03T00:00:00Z", Some(3));
         assert_eq!(s.phase, Some(Phase::Failed));
         assert_eq!(s.url.as_deref(), Some("https://x"));
         assert_eq!(s.observed_generation, Some(3));
         let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
         assert_eq!(
-            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.as_str()),
-            ("False", "SecretMissing", "t1")
+            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.clone()),
+            ("False", "SecretMissing", time("2026-01-03T00:00:00Z"))
         );
         let w = s.conditions.iter().find(|c| c.type_ == VLLM_WARNING).unwrap();
-        assert_eq!(w.last_transition_time, "t0");
+        assert_eq!(w.last_transition_time, time("2026-01-01T00:00:00Z"));
     }
 }

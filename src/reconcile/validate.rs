@@ -41,7 +41,8 @@ pub struct ValidInstance {
 }
 
 /// Why the instance may not run, and what must be withdrawn first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Invalid {
     pub reason: Blocked,
     pub message: String,
