@@ -116,7 +116,7 @@ pub struct SettingsArgs {
     /// Size of the Ollama models PVC.
     #[arg(long, global = true, env = "TINYCODE_OLLAMA_MODELS_SIZE", default_value = "20Gi")]
     pub ollama_models_size: String,
-    /// The helm 3 binary.
+    /// The helm 3 binary, 3.16 or newer (`--skip-schema-validation`).
     #[arg(long, global = true, env = "HELM_BIN", default_value = "helm")]
     pub helm_bin: PathBuf,
     /// The bundled chart.
