@@ -85,24 +85,37 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     };
     let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
     let controller = crate::reconcile::run(client, settings, helm, metrics, opts, health.clone(), shutdown);
-    if let Some(elector) = &elector {
-        // On a loss `lead` has dropped the controller: its reconcile tasks are
-        // aborted and a running helm is killed. Exit; the Deployment restarts
-        // this replica, which then stands by.
-        if let Err(lost) = elector.lead(renewed, controller).await {
-            health.leader.store(false, Ordering::Relaxed);
-            tracing::error!(reason = %lost, "lost the leader lease: stopped reconciling; exiting");
-            return Ok(ExitCode::from(1));
-        }
-        elector.release().await;
-    } else {
-        controller.await;
+    if let Some(code) = lead(elector.as_ref(), renewed, controller, &health).await {
+        return Ok(code);
     }
     if platform_changed.load(Ordering::Relaxed) {
         return Ok(ExitCode::from(1));
     }
     tracing::info!("tinycode-operator stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the controller, under the lease when there is one. On a loss
+/// `lead` has dropped the controller: its reconcile tasks are aborted and a
+/// running helm is killed; the exit code says so (the Deployment restarts
+/// this replica, which then stands by).
+async fn lead(
+    elector: Option<&Elector>,
+    renewed: tokio::time::Instant,
+    controller: impl std::future::Future<Output = ()>,
+    health: &HealthState,
+) -> Option<ExitCode> {
+    let Some(elector) = elector else {
+        controller.await;
+        return None;
+    };
+    if let Err(lost) = elector.lead(renewed, controller).await {
+        health.leader.store(false, Ordering::Relaxed);
+        tracing::error!(reason = %lost, "lost the leader lease: stopped reconciling; exiting");
+        return Some(ExitCode::from(1));
+    }
+    elector.release().await;
+    None
 }
 
 /// Logs a start-up failure; the exit code to return.

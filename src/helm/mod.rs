@@ -198,40 +198,12 @@ impl Helm {
         args: &[&str],
     ) -> Result<Vec<u8>, HelmError> {
         let _guard = self.mark_running(namespace, release);
-        let home = self.home.path();
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(args)
-            .env_clear()
-            .env("HOME", home)
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .env("GOGC", HELM_GOGC)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // Only what helm needs to reach the cluster passes through.
-        for key in ["PATH", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "TMPDIR"] {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
+        let mut cmd = self.command(args);
         let started = Instant::now();
         let mut child =
             cmd.spawn().map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?;
-        let mut stdout = child.stdout.take().expect("piped stdout");
-        let mut stderr = child.stderr.take().expect("piped stderr");
-        let out_task = tokio::spawn(async move {
-            let mut buf = Vec::new();
-            let _ = stdout.read_to_end(&mut buf).await;
-            buf
-        });
-        let err_task = tokio::spawn(async move {
-            let mut buf = Vec::new();
-            let _ = stderr.read_to_end(&mut buf).await;
-            buf
-        });
+        let out_task = tokio::spawn(read_all(child.stdout.take().expect("piped stdout")));
+        let err_task = tokio::spawn(read_all(child.stderr.take().expect("piped stderr")));
         let mut shutdown = self.shutdown.clone();
         let status = tokio::select! {
             status = child.wait() => status.map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?,
@@ -257,19 +229,37 @@ impl Helm {
         let stderr = err_task.await.unwrap_or_default();
         let elapsed = started.elapsed();
         self.metrics.helm(action, status.success(), elapsed);
-        tracing::debug!(
-            action,
-            namespace,
-            release,
-            elapsed_ms = elapsed.as_millis() as u64,
-            ok = status.success(),
-            "helm finished"
-        );
+        let (elapsed_ms, ok) = (elapsed.as_millis() as u64, status.success());
+        tracing::debug!(action, namespace, release, elapsed_ms, ok, "helm finished");
         if status.success() {
             Ok(stdout)
         } else {
             Err(HelmError::Failed { action, stderr: excerpt(&String::from_utf8_lossy(&stderr)) })
         }
+    }
+
+    /// helm with `args`, in the operator's helm home, with only the
+    /// environment it needs to reach the cluster.
+    fn command(&self, args: &[&str]) -> Command {
+        let home = self.home.path();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .env_clear()
+            .env("HOME", home)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env("GOGC", HELM_GOGC)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for key in ["PATH", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "TMPDIR"] {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        cmd
     }
 
     fn mark_running(&self, namespace: &str, release: &str) -> RunningGuard {
@@ -310,6 +300,13 @@ fn upgrade_args<'a>(
         args.push("--take-ownership");
     }
     args
+}
+
+/// Everything a pipe yields until it closes.
+async fn read_all(mut pipe: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let _ = pipe.read_to_end(&mut buf).await;
+    buf
 }
 
 /// The last lines of helm's stderr, bounded, on one line.

@@ -26,6 +26,7 @@ pub mod reason;
 pub mod rules;
 pub mod status;
 pub mod stores;
+pub mod triggers;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -145,7 +146,7 @@ pub async fn run(
     let (reader, events) = stores::reflect(instances, watcher::Config::default());
     let config = kube::runtime::controller::Config::default().concurrency(opts.concurrency);
     let controller =
-        Controller::for_stream(stores::relevant(events, hash_instance), reader.clone()).with_config(config);
+        Controller::for_stream(triggers::relevant(events, hash_instance), reader.clone()).with_config(config);
     let (platform, operator_ns) = (settings.platform, settings.operator_namespace.clone());
     let (stores, controller) = stores::start(&client, platform, &operator_ns, scope, controller);
     let ctx = Arc::new(Context::new(client, settings, helm, metrics, stores));
