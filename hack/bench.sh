@@ -14,7 +14,8 @@
 # apiserver's audit log); a restarted operator resyncing all instances (time,
 # helm runs, status writes); an operator upgrade (a new chart version)
 # re-rendering all; deleting all. BENCH_CONCURRENCY sets --concurrency;
-# BENCH_QUICK=1 stops after the rollout (one line of figures, for repeats).
+# BENCH_QUICK=1 stops after the rollout (one line of figures, for repeats);
+# BENCH_DELETE=0 skips the deletion phase.
 set -euo pipefail
 
 N=${1:-100}
@@ -28,6 +29,7 @@ METRICS=127.0.0.1:18583
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 CONCURRENCY=${BENCH_CONCURRENCY:-}
+if [[ -n $CONCURRENCY ]]; then export TINYCODE_CONCURRENCY=$CONCURRENCY; fi
 CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
 TICKS=$(getconf CLK_TCK)
 # cpu PID own|children: CPU seconds the process used itself, or its reaped children (helm).
@@ -79,7 +81,7 @@ op=
 CHART=$ROOT/helm-charts/tinycode
 start_operator() {
 	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
-		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 ${CONCURRENCY:+TINYCODE_CONCURRENCY=$CONCURRENCY} \
+		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 \
 		"$BIN/tinycode-operator" run >>"$STATE/operator.log" 2>&1 &
 	op=$!
 	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
@@ -162,9 +164,12 @@ start_operator
 until [[ $(deployed) -ge $N ]]; do sleep 0.5; done # a fresh process: every upgrade is a re-render
 upgrade_s=$(since "$t3")
 
-t2=$(now)
-"$K" delete tinycodeinstances --all -n "$NS" --wait=true --timeout=600s >/dev/null
-delete_s=$(since "$t2")
+delete_s=skipped
+if [[ ${BENCH_DELETE:-1} == 1 ]]; then
+	t2=$(now)
+	"$K" delete tinycodeinstances --all -n "$NS" --wait=true --timeout=900s >/dev/null
+	delete_s=$(since "$t2")
+fi
 
 printf '\ninstances                          %d\n' "$N"
 printf 'all releases deployed after        %s s (concurrency %s)\n' "$install_s" "${CONCURRENCY:-default}"

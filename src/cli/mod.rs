@@ -146,9 +146,11 @@ pub struct RunArgs {
     /// Watch only this namespace (empty: all).
     #[arg(long, global = true, env = "WATCH_NAMESPACE", default_value = "")]
     pub watch_namespace: String,
-    /// Instances reconciled at once.
-    #[arg(long, global = true, env = "TINYCODE_CONCURRENCY", default_value_t = 4)]
-    pub concurrency: u16,
+    /// Instances reconciled at once (default: 4 per available core, 2 to 16;
+    /// helm waits on the apiserver, so more runs than cores overlap: see
+    /// README, Benchmark).
+    #[arg(long, global = true, env = "TINYCODE_CONCURRENCY")]
+    pub concurrency: Option<u16>,
     /// Log as JSON lines.
     #[arg(long, global = true, env = "TINYCODE_LOG_JSON")]
     pub log_json: bool,
@@ -176,6 +178,15 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// The leader election timings, checked.
+    /// The concurrency given, else 4 per core this process may use (which
+    /// honours a container's CPU limit), between 2 and 16.
+    pub fn concurrency(&self) -> u16 {
+        self.concurrency.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            (cores * 4).clamp(2, 16) as u16
+        })
+    }
+
     pub fn lease_timings(&self) -> Result<crate::ops::leader::Timings, String> {
         let derived = crate::ops::leader::Timings::for_lease(Duration::from_secs(self.lease_duration_seconds));
         crate::ops::leader::Timings::new(

@@ -78,12 +78,13 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     )
     .map_err(|e| fail(1, "cannot create helm's working directory", e))?;
     let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
-    tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), "tinycode-operator starting");
+    let concurrency = args.concurrency();
+    tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), concurrency, "tinycode-operator starting");
     let mut stop = stop_rx.clone();
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency.max(1) };
+    let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency().max(1) };
     let controller = crate::reconcile::run(client, settings, helm, metrics, opts, health.clone(), shutdown);
     if let Some(code) = lead(elector.as_ref(), renewed, controller, &health).await {
         return Ok(code);

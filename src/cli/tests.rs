@@ -46,7 +46,7 @@ fn settings_after_run() {
     assert!(matches!(cli.command, Some(Command::Run)));
     assert_eq!(cli.run.metrics_addr, "127.0.0.1:9999".parse().unwrap());
     assert_eq!(cli.run.health_addr, "127.0.0.1:9998".parse().unwrap());
-    assert_eq!(cli.run.concurrency, 2);
+    assert_eq!(cli.run.concurrency(), 2);
     assert!(!cli.run.leader_elect);
     assert_eq!(cli.run.lease_duration_seconds, 7);
     let t = cli.run.lease_timings().unwrap();
@@ -75,14 +75,14 @@ fn the_renew_deadline_must_be_shorter_than_the_lease() {
 fn settings_before_run() {
     let cli = parse(&["--concurrency", "2", "--metrics-addr", "127.0.0.1:9999", "run"]);
     assert!(matches!(cli.command, Some(Command::Run)));
-    assert_eq!(cli.run.concurrency, 2);
+    assert_eq!(cli.run.concurrency(), 2);
     assert_eq!(cli.run.metrics_addr, "127.0.0.1:9999".parse().unwrap());
 }
 
 #[test]
 fn settings_on_both_sides_of_run() {
     let cli = parse(&["--concurrency", "2", "run", "--helm-timeout-seconds", "9"]);
-    assert_eq!(cli.run.concurrency, 2);
+    assert_eq!(cli.run.concurrency(), 2);
     assert_eq!(cli.settings.helm_timeout_seconds, 9);
 }
 
@@ -90,7 +90,7 @@ fn settings_on_both_sides_of_run() {
 fn no_subcommand_runs_the_controller_with_settings() {
     let cli = parse(&["--concurrency", "3"]);
     assert!(cli.command.is_none(), "main() treats a missing subcommand as run");
-    assert_eq!(cli.run.concurrency, 3);
+    assert_eq!(cli.run.concurrency(), 3);
 }
 
 #[test]
@@ -133,4 +133,11 @@ fn run_help_lists_the_settings_and_their_env() {
     ] {
         assert!(help.contains(needle), "run --help lacks {needle}:\n{help}");
     }
+}
+
+#[test]
+fn concurrency_defaults_to_four_per_core() {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    assert_eq!(parse(&["run"]).run.concurrency() as usize, (cores * 4).clamp(2, 16));
+    assert_eq!(parse(&["run", "--concurrency", "1"]).run.concurrency(), 1, "a given value wins");
 }
