@@ -126,7 +126,8 @@ wait "$sim" 2>/dev/null || true
 sim=
 helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
 if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
-	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  CPU operator/helm/apiserver/etcd %s / %s / %s / %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
+	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
+		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" \
 		"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
 		"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')"
 	exit 0

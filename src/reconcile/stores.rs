@@ -170,7 +170,20 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    (reader, reflector::reflector(writer, watcher(api, config).default_backoff()))
+    let events = watcher(api, config).default_backoff().modify(|o: &mut K| slim(o.meta_mut()));
+    (reader, reflector::reflector(writer, events))
+}
+
+/// Drops what no stage reads from a cached object's metadata: the field
+/// sets of `managedFields` (drift needs only who wrote and when) and
+/// kubectl's last-applied copy. Most of a cached object's size is there.
+pub fn slim(meta: &mut ObjectMeta) {
+    for entry in meta.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
 }
 
 /// A reflector of metadata only (smaller, and enough for existence and drift).
@@ -214,6 +227,7 @@ where
         let (reader, writer) = reflector::store();
         let events = watcher(scoped_api::<Deployment>(client, scope), owned()).default_backoff().modify(|d| {
             d.spec = Default::default();
+            slim(&mut d.metadata);
         });
         (reader, reflector::reflector(writer, events))
     };
