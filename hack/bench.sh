@@ -96,6 +96,10 @@ metric() { # sum of the samples of a series prefix
 # Progress from the operator's own metrics: polling the apiserver for every
 # instance twice a second would cost it more CPU than what is measured.
 deployed() { metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}' | cut -d. -f1; }
+# Reconcile outcomes other than success, as "reason=count ...".
+failures() {
+	curl -s "http://$METRICS/metrics" | awk '/^tinycode_operator_reconciles_total\{/ && !/result="success"/ { if (match($0, /result="[^"]*"/)) printf "%s=%d ", substr($0, RSTART + 8, RLENGTH - 9), $NF }'
+}
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -113,7 +117,18 @@ rec0=$(metric tinycode_operator_reconciles_total)
 op0=$(cpu "$op" own) helm0=$(cpu "$op" children) api0=$(cpu "$api_pid" own) etcd0=$(cpu "$etcd_pid" own)
 t0=$(now)
 "$K" apply -f "$STATE/instances.yaml" >/dev/null
-until [[ $(deployed) -ge $N ]]; do sleep 0.5; done
+# A rollout that stops progressing for 20 s is reported as it happens: the
+# reconcile outcomes so far and the helm processes running, with their ages.
+last=-1 still=0
+d=0
+until [[ $d -ge $N ]]; do
+	sleep 0.5
+	d=$(deployed)
+	if [[ $d == "$last" ]]; then still=$((still + 1)); else last=$d still=0; fi
+	if [[ $still == 40 ]]; then
+		log "no release deployed for 20 s at $d of $N: reconcile results $(failures); helm running: $(ps -o etimes=,args= --ppid "$op" | awk '{ printf "%ss %s; ", $1, $4 }')"
+	fi
+done
 install_s=$(since "$t0")
 running() { metric 'tinycode_operator_instances{phase="Running"}' | cut -d. -f1; }
 until [[ $(running) -ge $N ]]; do sleep 0.5; done
@@ -126,10 +141,11 @@ wait "$sim" 2>/dev/null || true
 sim=
 helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
 if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
-	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
+	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
 		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" \
 		"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
-		"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')"
+		"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')" \
+		"$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')" "$(failures)"
 	exit 0
 fi
 helm_sum=$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')
@@ -176,6 +192,7 @@ printf '\ninstances                          %d\n' "$N"
 printf 'all releases deployed after        %s s (concurrency %s)\n' "$install_s" "${CONCURRENCY:-default}"
 printf 'all Running after                  %s s\n' "$running_s"
 printf 'reconciles per instance            %s\n' "$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')"
+printf 'failed reconciles by reason        %s\n' "$(failures)"
 printf 'API requests per instance by verb  %s\n' "$(join -a2 -e0 -o 0,1.2,2.2 <(echo "$req0") <(echo "$req1") | awk -v n="$N" '{ printf "%s %.1f  ", $1, ($3 - $2) / n }')"
 printf 'CPU s: operator / helm / apiserver / etcd  %s / %s / %s / %s\n' \
 	"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \

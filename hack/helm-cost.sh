@@ -26,6 +26,11 @@
 #   maxprocs1       GOMAXPROCS=1
 #   take-ownership  --take-ownership (what a migrating run adds)
 #   history2        --history-max 2 instead of 5
+#   no-kube-cache   KUBECACHEDIR where no directory can be made: client-go's
+#                   discovery and HTTP disk caches write and re-read nothing
+#   text-output     no --output json (helm prints its text summary)
+#   slim-chart      the chart without its ci/ values files
+#   no-schema-file  the chart without values.schema.json
 # src/helm.rs now runs what `no-openapi+no-schema+gogc` measures.
 #
 # The control plane is a private one (its own state dir and ports, so the
@@ -127,7 +132,7 @@ CFG_FRESH_HOME=0
 CFG_CHART=$CHART_DIR
 configure() {
 	local part
-	CFG_FLAGS=() CFG_ENV=() CFG_FRESH_HOME=0 CFG_CHART=$CHART_DIR CFG_HISTORY=5
+	CFG_FLAGS=() CFG_ENV=() CFG_FRESH_HOME=0 CFG_CHART=$CHART_DIR CFG_HISTORY=5 CFG_OUTPUT=(--output json)
 	for part in ${1//+/ }; do
 		case $part in
 		baseline) ;;
@@ -141,6 +146,10 @@ configure() {
 		maxprocs1) CFG_ENV+=(GOMAXPROCS=1) ;;
 		take-ownership) CFG_FLAGS+=(--take-ownership) ;;
 		history2) CFG_HISTORY=2 ;;
+		no-kube-cache) CFG_ENV+=(KUBECACHEDIR=/dev/null/kube-cache) ;;
+		text-output) CFG_OUTPUT=() ;;
+		slim-chart) CFG_CHART=$STATE/slim-chart ;;
+		no-schema-file) CFG_CHART=$STATE/no-schema-chart ;;
 		*) die "unknown config part '$part' in '$1'" ;;
 		esac
 	done
@@ -156,10 +165,16 @@ helm_run() { # HOME RELEASE VALUES TIMEFILE [EXTRA...]
 		"${CFG_ENV[@]+"${CFG_ENV[@]}"}" \
 		/usr/bin/time -f '%e %U %S %M' -o "$timefile" \
 		"$HELM" upgrade --install "$release" "$CFG_CHART" --namespace "$STORAGE_NS" --values "$values" \
-		--history-max "$CFG_HISTORY" --no-hooks --output json "${CFG_FLAGS[@]+"${CFG_FLAGS[@]}"}" "$@"
+		--history-max "$CFG_HISTORY" --no-hooks "${CFG_OUTPUT[@]+"${CFG_OUTPUT[@]}"}" "${CFG_FLAGS[@]+"${CFG_FLAGS[@]}"}" "$@"
 }
 
 "$HELM" package "$CHART_DIR" --destination "$STATE" >/dev/null
+# The chart without what only its tests read (ci/ values files).
+cp -r "$CHART_DIR" "$STATE/slim-chart"
+rm -rf "$STATE/slim-chart/ci"
+# The chart without its values schema (helm stores it in every release record).
+cp -r "$CHART_DIR" "$STATE/no-schema-chart"
+rm -f "$STATE/no-schema-chart/values.schema.json"
 mv "$STATE"/tinycode-*.tgz "$STATE/tinycode-chart.tgz"
 
 # The scraper's own requests: two scrapes with nothing in between.

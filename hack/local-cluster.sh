@@ -452,6 +452,8 @@ start_apiserver() {
 	# --endpoint-reconciler-type=none: the apiserver refuses to publish a
 	#   loopback advertise address in the default/kubernetes Endpoints.
 	# --enable-priority-and-fairness=false: less memory and goroutines.
+	# --profiling: off unless TINYCODE_APISERVER_PROFILING=true (where the
+	#   apiserver's CPU goes, for the benchmark: /debug/pprof/profile).
 	# --audit-*: the requests of the operator's ServiceAccount (and only
 	#   those), one JSON line each, so tests can count what the operator asks.
 	cat >"${CLUSTER_DIR}/audit-policy.yaml" <<-'EOF'
@@ -482,7 +484,7 @@ start_apiserver() {
 		--enable-aggregator-routing=true \
 		--endpoint-reconciler-type=none \
 		--enable-priority-and-fairness=false \
-		--profiling=false \
+		--profiling="${TINYCODE_APISERVER_PROFILING:-false}" \
 		--audit-policy-file="${CLUSTER_DIR}/audit-policy.yaml" \
 		--audit-log-path="${CLUSTER_DIR}/audit.log" \
 		--audit-log-maxsize=2000 \

@@ -28,6 +28,10 @@ pub const WRITER_LABEL: &str = "tinycode.dev/writer";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub secret_name: String,
+    /// The record's resourceVersion when read: a discard is conditional on
+    /// it, so a record that moved on since (a cache trailing helm's final
+    /// write) is never deleted.
+    pub resource_version: Option<String>,
     pub version: i64,
     pub status: String,
     pub created: Option<Timestamp>,
@@ -52,6 +56,7 @@ pub fn records(metas: &[ObjectMeta]) -> Vec<Record> {
             }
             Some(Record {
                 secret_name: m.name.clone()?,
+                resource_version: m.resource_version.clone(),
                 version: labels.get("version")?.parse().ok()?,
                 status: labels.get("status")?.clone(),
                 created: m.creation_timestamp.as_ref().map(|t| t.0),
@@ -207,6 +212,7 @@ mod tests {
     fn pending(created: Option<i64>, writer: Option<&str>) -> Record {
         Record {
             secret_name: "sh.helm.release.v1.rel.v3".into(),
+            resource_version: Some("7".into()),
             version: 3,
             status: "pending-upgrade".into(),
             created: created.map(|s| Timestamp::from_second(s).unwrap()),

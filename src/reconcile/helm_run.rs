@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -84,7 +84,13 @@ async fn discard_pending(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) ->
             return Err(Error::blocked(Blocked::HelmOperationPending, check.wait_message(r)));
         }
         tracing::warn!(release = %plan.release_name, revision = r.version, status = %r.status, "removing an interrupted helm operation");
-        delete_ignoring_missing(&api, &r.secret_name).await?;
+        // Only the record as seen: one helm finished since is not pending any more.
+        let seen = Preconditions { resource_version: r.resource_version.clone(), uid: None };
+        match api.delete(&r.secret_name, &DeleteParams { preconditions: Some(seen), ..Default::default() }).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
         let note = format!(
             "revision {} of release {} was left {} by an interrupted run; it was discarded and the release re-applied",
             r.version, plan.release_name, r.status

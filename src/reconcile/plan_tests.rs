@@ -46,6 +46,7 @@ fn managed(manager: &str, secs: i64) -> ManagedFieldsEntry {
 fn record(version: i64, status: &str) -> release::Record {
     release::Record {
         secret_name: format!("sh.helm.release.v1.r.v{version}"),
+        resource_version: None,
         version,
         status: status.into(),
         created: Some(at(0)),

@@ -20,7 +20,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::platform::openshift::{Route, SecurityContextConstraints};
-use crate::reconcile::triggers::{hash_deployment, hash_ingress, hash_meta, hash_route, relevant};
+use crate::reconcile::triggers::{hash_deployment, hash_ingress, hash_meta, hash_route, relevant_owned};
 
 /// Label selecting the objects the operator and its chart create.
 pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=tinycode-operator";
@@ -231,26 +231,26 @@ where
         });
         (reader, reflector::reflector(writer, events))
     };
-    let mut c = controller.owns_stream(relevant(s, hash_deployment));
+    let mut c = controller.owns_stream(relevant_owned(s, hash_deployment));
     let (services, s) = reflect(scoped_api::<Service>(client, scope), any());
-    c = c.owns_stream(relevant(s, hash_meta));
+    c = c.owns_stream(relevant_owned(s, hash_meta));
     let (service_accounts, s) = reflect_meta(scoped_api::<Meta<ServiceAccount>>(client, scope), owned());
-    c = c.owns_stream(relevant(s, hash_meta));
+    c = c.owns_stream(relevant_owned(s, hash_meta));
     let (config_maps, s) = reflect_meta(scoped_api::<Meta<ConfigMap>>(client, scope), owned());
-    c = c.owns_stream(relevant(s, hash_meta));
+    c = c.owns_stream(relevant_owned(s, hash_meta));
     let (network_policies, s) = reflect_meta(scoped_api::<Meta<NetworkPolicy>>(client, scope), owned());
-    c = c.owns_stream(relevant(s, hash_meta));
+    c = c.owns_stream(relevant_owned(s, hash_meta));
     let (roles, s) = reflect_meta(scoped_api::<Meta<Role>>(client, scope), owned());
-    c = c.owns_stream(relevant(s, hash_meta));
+    c = c.owns_stream(relevant_owned(s, hash_meta));
     let (role_bindings, s) = reflect_meta(scoped_api::<Meta<RoleBinding>>(client, scope), owned());
-    c = c.owns_stream(relevant(s, hash_meta));
+    c = c.owns_stream(relevant_owned(s, hash_meta));
     let (routes, ingresses) = if platform.routes {
         let (store, s) = reflect(scoped_api::<Route>(client, scope), owned());
-        c = c.owns_stream(relevant(s, hash_route));
+        c = c.owns_stream(relevant_owned(s, hash_route));
         (Some(store), None)
     } else {
         let (store, s) = reflect(scoped_api::<Ingress>(client, scope), owned());
-        c = c.owns_stream(relevant(s, hash_ingress));
+        c = c.owns_stream(relevant_owned(s, hash_ingress));
         (None, Some(store))
     };
     let Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes } = cached;

@@ -45,6 +45,24 @@ where
     K: Resource + Clone + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
+    filter(events, hash, false)
+}
+
+/// [`relevant`] for kinds the instances own, less the creations the
+/// operator made itself ([`written_only_by_us`]).
+pub fn relevant_owned<K, S>(events: S, hash: fn(&K) -> u64) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource + Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    filter(events, hash, true)
+}
+
+fn filter<K, S>(events: S, hash: fn(&K) -> u64, owned: bool) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource + Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
     let mut seen: HashMap<(Option<String>, String, Option<String>), u64> = HashMap::new();
     events
         .map(move |event| -> Vec<Result<K, watcher::Error>> {
@@ -59,12 +77,27 @@ where
                     let m = obj.meta();
                     let key = (m.namespace.clone(), m.name.clone().unwrap_or_default(), m.uid.clone());
                     let value = hash(&obj);
-                    if seen.insert(key, value) == Some(value) { Vec::new() } else { vec![Ok(obj)] }
+                    match seen.insert(key, value) {
+                        Some(old) if old == value => Vec::new(),
+                        None if owned && written_only_by_us(m) => Vec::new(),
+                        _ => vec![Ok(obj)],
+                    }
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitDone) => Vec::new(),
             }
         })
         .flat_map(futures::stream::iter)
+}
+
+/// A new object nobody but the operator (and its helm) wrote was created by
+/// a reconcile of its owner, which reads the caches again when it next runs:
+/// waking the owner for it only repeats that reconcile (about one extra per
+/// new instance, measured with hack/bench.sh). Its later changes (a rollout's
+/// status, another writer) and its deletion still wake the owner.
+fn written_only_by_us(meta: &ObjectMeta) -> bool {
+    let mut writers = meta.managed_fields.iter().flatten().peekable();
+    writers.peek().is_some()
+        && writers.all(|m| m.manager.as_deref().is_some_and(|w| crate::helm::release::OWN_MANAGERS.contains(&w)))
 }
 
 /// Metadata hash for kinds where only metadata matters.
@@ -98,4 +131,56 @@ pub fn hash_ingress(i: &Ingress) -> u64 {
     meta_hash(&i.metadata, &mut h);
     crate::render::ingress::published(i).hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    fn sa(uid: &str, managers: &[&str], label: &str) -> ServiceAccount {
+        let entry = |m: &&str| ManagedFieldsEntry { manager: Some(m.to_string()), ..Default::default() };
+        ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("dev-tinycode".into()),
+                namespace: Some("team".into()),
+                uid: Some(uid.into()),
+                labels: Some([("l".to_string(), label.to_string())].into()),
+                managed_fields: Some(managers.iter().map(entry).collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Which of `events` wake the owner, by uid and label.
+    fn woken(owned: bool, events: Vec<watcher::Event<ServiceAccount>>) -> Vec<String> {
+        let stream = filter(futures::stream::iter(events.into_iter().map(Ok)), hash_meta, owned);
+        futures::executor::block_on(stream.collect::<Vec<_>>())
+            .into_iter()
+            .map(|r| {
+                let m = r.unwrap().metadata;
+                format!("{}:{}", m.uid.unwrap(), m.labels.unwrap()["l"])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn own_creations_of_owned_objects_wake_nobody_but_their_changes_and_deletions_do() {
+        use watcher::Event::{Apply, Delete};
+        let events = vec![
+            Apply(sa("a", &["helm"], "1")),                  // created by helm: no
+            Apply(sa("a", &["helm"], "1")),                  // unchanged: no
+            Apply(sa("a", &["helm", "kubectl-edit"], "2")),  // edited by a tenant: yes
+            Apply(sa("b", &["kubectl-create"], "1")),        // created by someone else: yes
+            Apply(sa("c", &["tinycode-operator"], "1")),     // applied by the operator: no
+            Apply(sa("c", &["tinycode-operator"], "2")),     // changed since: yes
+            Apply(sa("d", &[], "1")),                        // no writer recorded: yes
+            Delete(sa("a", &["helm", "kubectl-edit"], "2")), // deleted: yes
+        ];
+        assert_eq!(woken(true, events.clone()), ["a:2", "b:1", "c:2", "d:1", "a:2"]);
+        // The instances' own stream keeps every first sight.
+        assert_eq!(woken(false, events), ["a:1", "a:2", "b:1", "c:1", "c:2", "d:1", "a:2"]);
+    }
 }
