@@ -15,7 +15,9 @@
 # helm runs, status writes); an operator upgrade (a new chart version)
 # re-rendering all; deleting all. BENCH_CONCURRENCY sets --concurrency;
 # BENCH_QUICK=1 stops after the rollout (one line of figures, for repeats);
-# BENCH_DELETE=0 skips the deletion phase.
+# BENCH_DELETE=0 and BENCH_UPGRADE=0 skip those phases; BENCH_HEAP_PROFILE=1 runs an
+# operator built with heap profiling (dhat), which writes target/dhat-heap.json
+# (what was allocated where at the heap's peak) when it stops.
 set -euo pipefail
 
 N=${1:-100}
@@ -74,6 +76,9 @@ eval "$(hack/local-cluster.sh tools)"
 eval "$(hack/local-cluster.sh start)"
 K=$TINYCODE_KUBECTL
 if [[ $PROFILE == release ]]; then cargo build --quiet --release --workspace --bins; else cargo build --quiet --workspace --bins; fi
+if [[ ${BENCH_HEAP_PROFILE:-} == 1 ]]; then # the operator writes target/dhat-heap.json when it stops
+	if [[ $PROFILE == release ]]; then cargo build --quiet --release -p tinycode-operator --features heap-profile; else cargo build --quiet -p tinycode-operator --features heap-profile; fi
+fi
 BIN=$ROOT/target/$PROFILE
 "$BIN/tinycode-local" setup --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
 
@@ -82,7 +87,7 @@ CHART=$ROOT/helm-charts/tinycode
 start_operator() {
 	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
 		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 \
-		"$BIN/tinycode-operator" run >>"$STATE/operator.log" 2>&1 &
+		bash -c 'cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" >>"$STATE/operator.log" 2>&1 &
 	op=$!
 	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
 }
@@ -171,15 +176,18 @@ read -r resync_req _ resync_status < <(audit_since "$a1")
 rss_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
 
 # An operator upgrade: the same operator with a chart whose version changed
-# re-renders every instance through the worker pool.
-stop_operator
-cp -r "$ROOT/helm-charts/tinycode" "$STATE/chart"
-sed -i 's/^version:.*/version: 99.0.0/' "$STATE/chart/Chart.yaml"
-CHART=$STATE/chart
-t3=$(now)
-start_operator
-until [[ $(deployed) -ge $N ]]; do sleep 0.5; done # a fresh process: every upgrade is a re-render
-upgrade_s=$(since "$t3")
+# re-renders every instance through the worker pool (BENCH_UPGRADE=0 skips it).
+upgrade_s=skipped
+if [[ ${BENCH_UPGRADE:-1} == 1 ]]; then
+	stop_operator
+	cp -r "$ROOT/helm-charts/tinycode" "$STATE/chart"
+	sed -i 's/^version:.*/version: 99.0.0/' "$STATE/chart/Chart.yaml"
+	CHART=$STATE/chart
+	t3=$(now)
+	start_operator
+	until [[ $(deployed) -ge $N ]]; do sleep 0.5; done # a fresh process: every upgrade is a re-render
+	upgrade_s=$(since "$t3")
+fi
 
 delete_s=skipped
 if [[ ${BENCH_DELETE:-1} == 1 ]]; then

@@ -1,7 +1,13 @@
 //! The `tinycode-operator` binary; see [`tinycode_operator::cli`].
 use clap::Parser;
 
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> std::process::ExitCode {
+    #[cfg(feature = "heap-profile")]
+    let _profiler = dhat::Profiler::new_heap();
     // kube and reqwest share rustls; pick its crypto provider once, first.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = tinycode_operator::cli::Cli::parse();

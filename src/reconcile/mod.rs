@@ -41,7 +41,6 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::{FINALIZER, Phase, TinycodeInstance};
@@ -62,7 +61,9 @@ pub struct Context {
     pub client: Client,
     pub settings: Settings,
     pub helm: Helm,
+    /// Publishes Warning events: repeats of one fold into a series.
     pub recorder: Recorder,
+    reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub prober: vllm::Prober,
     pub stores: stores::Stores,
@@ -80,7 +81,7 @@ impl Context {
         let reporter = Reporter { controller: "tinycode-operator".into(), instance: std::env::var("POD_NAME").ok() };
         // The recorder folds repeats of an event into one series, so a failing
         // instance does not flood its namespace with events.
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorder = Recorder::new(client.clone(), reporter.clone());
         let prober = vllm::Prober::new(settings.probes.clone());
         let retries = Mutex::new(RetryBudget::new(settings.max_retries));
         Self {
@@ -88,6 +89,7 @@ impl Context {
             settings,
             helm,
             recorder,
+            reporter,
             metrics,
             prober,
             stores,
@@ -98,7 +100,11 @@ impl Context {
         }
     }
 
-    /// Publishes an event on the instance (best effort).
+    /// Publishes an event on the instance (best effort). Normal events
+    /// (an install, a rollout reaching Running) each say something new, so
+    /// they skip the shared recorder: its cache would keep every one for
+    /// minutes (a tenth of the heap at 400 new instances) only to fold a
+    /// repeat into the first one's note.
     pub async fn event(&self, inst: &TinycodeInstance, type_: EventType, reason: &str, action: &str, note: String) {
         let ev = Event {
             type_,
@@ -107,7 +113,15 @@ impl Context {
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &inst.object_ref(&())).await {
+        let once;
+        let recorder = match type_ {
+            EventType::Warning => &self.recorder,
+            EventType::Normal => {
+                once = Recorder::new(self.client.clone(), self.reporter.clone());
+                &once
+            }
+        };
+        if let Err(e) = recorder.publish(&ev, &inst.object_ref(&())).await {
             tracing::warn!(error = %e, "could not publish event");
         }
     }
@@ -143,7 +157,7 @@ pub async fn run(
 ) {
     let scope = opts.watch_namespace.as_deref();
     let instances: Api<TinycodeInstance> = stores::scoped_api(&client, scope);
-    let (reader, events) = stores::reflect(instances, watcher::Config::default());
+    let (reader, events) = stores::reflect(instances, stores::config());
     let config = kube::runtime::controller::Config::default().concurrency(opts.concurrency);
     let controller =
         Controller::for_stream(triggers::relevant(events, hash_instance), reader.clone()).with_config(config);
