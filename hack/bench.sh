@@ -100,7 +100,9 @@ metric() { # sum of the samples of a series prefix
 }
 # Progress from the operator's own metrics: polling the apiserver for every
 # instance twice a second would cost it more CPU than what is measured.
-deployed() { metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}' | cut -d. -f1; }
+# Releases applied: first installs (`helm install`) and upgrades.
+applied() { awk -v a="$(metric 'tinycode_operator_helm_invocations_total{action="install",result="success"}')" -v b="$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')" 'BEGIN { print a + b }'; }
+deployed() { applied | cut -d. -f1; }
 # Reconcile outcomes other than success, as "reason=count ...".
 failures() {
 	curl -s "http://$METRICS/metrics" | awk '/^tinycode_operator_reconciles_total\{/ && !/result="success"/ { if (match($0, /result="[^"]*"/)) printf "%s=%d ", substr($0, RSTART + 8, RLENGTH - 9), $NF }'
@@ -144,7 +146,7 @@ op1=$(cpu "$op" own) helm1=$(cpu "$op" children) api1=$(cpu "$api_pid" own) etcd
 kill "$sim" 2>/dev/null || true
 wait "$sim" 2>/dev/null || true
 sim=
-helm_runs=$(metric 'tinycode_operator_helm_invocations_total{action="upgrade",result="success"}')
+helm_runs=$(applied)
 if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
 	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
 		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" \
@@ -153,7 +155,7 @@ if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
 		"$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')" "$(failures)"
 	exit 0
 fi
-helm_sum=$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')
+helm_sum=$(awk -v a="$(metric 'tinycode_operator_helm_duration_seconds_sum{action="install"}')" -v b="$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')" 'BEGIN { print a + b }')
 
 peak_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$op/status")
 sleep 5 # the last status writes of the rollout settle
@@ -173,6 +175,8 @@ until [[ $(metric 'tinycode_operator_reconciles_total{result="success"}' | cut -
 resync_s=$(since "$t1")
 resync_helm=$(metric tinycode_operator_helm_invocations_total)
 read -r resync_req _ resync_status < <(audit_since "$a1")
+rss_now_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
+sleep 2 # the resync's burst is over: what the operator keeps
 rss_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
 
 # An operator upgrade: the same operator with a chart whose version changed
@@ -205,12 +209,12 @@ printf 'API requests per instance by verb  %s\n' "$(join -a2 -e0 -o 0,1.2,2.2 <(
 printf 'CPU s: operator / helm / apiserver / etcd  %s / %s / %s / %s\n' \
 	"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')"
-printf 'helm upgrade runs / mean duration  %.0f / %s s, CPU per run %s s\n' "$helm_runs" "$(awk -v s="$helm_sum" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? s / n : 0 }')" \
+printf 'helm runs / mean duration          %.0f / %s s, CPU per run %s s\n' "$helm_runs" "$(awk -v s="$helm_sum" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? s / n : 0 }')" \
 	"$(awk -v a="$helm0" -v b="$helm1" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? (b - a) / n : 0 }')"
 printf 'operator peak RSS (rollout)        %d MiB\n' "$((peak_kb / 1024))"
 printf 'idle 60 s: reconciles / helm runs  %.0f / %.0f; operator requests / writes %s / %s\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')" "$idle_req" "$idle_writes"
 printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0), requests %s, status writes %s\n' "$resync_s" "$resync_helm" "$resync_req" "$resync_status"
-printf 'operator RSS after resync          %d MiB\n' "$((rss_kb / 1024))"
+printf 'operator RSS after resync          %d MiB (%d MiB as the last reconcile ended)\n' "$((rss_kb / 1024))" "$((rss_now_kb / 1024))"
 printf 'operator upgrade: all re-rendered  %s s\n' "$upgrade_s"
 printf 'all deleted after                  %s s\n' "$delete_s"
 printf '\nhelm runs by reason (whole run):\n'

@@ -12,7 +12,7 @@
 //! namespace itself. `--no-hooks` on every action: the chart has none, so a
 //! hook can only come from a record nobody should trust.
 //!
-//! Every upgrade labels its release record with a mark random to this
+//! Every install and upgrade labels its release record with a mark random to this
 //! process (`--labels`, [`crate::helm::release::WRITER_LABEL`]), so a pending record
 //! this process left behind is told from one another replica may still be
 //! writing ([`crate::helm::release::may_discard_pending`]).
@@ -40,11 +40,11 @@ use crate::render::values::Values;
 const STDERR_KEEP: usize = 600;
 /// Revisions Helm keeps per release (each is a Secret in the namespace).
 const HISTORY_MAX: &str = "5";
-/// Checks `helm upgrade` would repeat on every run although the operator
+/// Checks `helm install` and `helm upgrade` would repeat on every run although the operator
 /// already guarantees what they check. Measured with `hack/helm-cost.sh`
 /// (helm 3.22, kube-apiserver 1.37, 2 cores, helm CPU per run, first install /
 /// no-change upgrade):
-const UPGRADE_SKIPS: [&str; 2] = [
+const APPLY_SKIPS: [&str; 2] = [
     // 0.54 -> 0.20 s / 1.02 -> 0.36 s, and 1-2 fewer API requests. With a
     // server that supports server-side field validation (Kubernetes >= 1.27)
     // helm's "OpenAPI validation" downloads and parses the OpenAPI v3 documents
@@ -78,10 +78,40 @@ pub enum HelmError {
     Cancelled { action: &'static str },
 }
 
-/// Result of a successful `helm upgrade --install`.
+/// How a release is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// No record of the release exists: `helm install`, which looks the
+    /// release up once where `upgrade --install` looks twice (one LIST of the
+    /// operator namespace's release records fewer per new instance).
+    Install,
+    /// `helm upgrade --install`.
+    Upgrade,
+    /// `helm upgrade --install --take-ownership`: adopts the objects of a
+    /// release an earlier build kept in the instance namespace.
+    Adopt,
+}
+
+impl Mode {
+    /// The metrics' `action` label.
+    fn action(self) -> &'static str {
+        match self {
+            Mode::Install => "install",
+            Mode::Upgrade | Mode::Adopt => "upgrade",
+        }
+    }
+}
+
+/// What `helm install` says when a record of the release exists after all.
+const NAME_IN_USE: &str = "cannot re-use a name that is still in use";
+
+/// Result of a successful install or upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub revision: i64,
+    /// The objects the revision rendered, from helm's own output (None when
+    /// it could not be read): the record need not be fetched to learn them.
+    pub rendered: Option<Vec<manifest::ObjectRef>>,
 }
 
 /// Runs helm for the controller; shared by all workers.
@@ -141,15 +171,14 @@ impl Helm {
         self.running.lock().expect("lock").contains(&format!("{namespace}/{release}"))
     }
 
-    /// `helm upgrade --install` with the release stored in `storage_namespace`.
-    /// `take_ownership` adopts objects a release of an earlier build (stored
-    /// in the instance namespace) created; only used to migrate those.
-    pub async fn upgrade_install(
+    /// Installs or upgrades the release stored in `storage_namespace`, as
+    /// `mode` says.
+    pub async fn apply(
         &self,
         release: &str,
         storage_namespace: &str,
         values: &Values,
-        take_ownership: bool,
+        mode: Mode,
     ) -> Result<Applied, HelmError> {
         let namespace = storage_namespace;
         let mut file = tempfile::Builder::new()
@@ -162,14 +191,17 @@ impl Helm {
         let values_path = file.path().to_string_lossy().into_owned();
         let chart = self.chart.to_string_lossy().into_owned();
         let writer = format!("{}={}", crate::helm::release::WRITER_LABEL, self.writer);
-        let args = upgrade_args(release, &chart, namespace, &values_path, &writer, take_ownership);
-        let stdout = self.run("upgrade", namespace, release, &args).await?;
+        let args = apply_args(mode, release, &chart, namespace, &values_path, &writer);
+        let stdout = match self.run(mode.action(), namespace, release, &args).await {
+            // A record the operator's watch had not shown yet: upgrade it.
+            Err(HelmError::Failed { stderr, .. }) if mode == Mode::Install && stderr.contains(NAME_IN_USE) => {
+                let args = apply_args(Mode::Upgrade, release, &chart, namespace, &values_path, &writer);
+                self.run(Mode::Upgrade.action(), namespace, release, &args).await?
+            }
+            other => other?,
+        };
         drop(file);
-        let revision = serde_json::from_slice::<serde_json::Value>(&stdout)
-            .ok()
-            .and_then(|v| v.get("version").and_then(serde_json::Value::as_i64))
-            .unwrap_or_default();
-        Ok(Applied { revision })
+        Ok(applied(&stdout))
     }
 
     /// Rolls a release back to `revision` (a new revision with its manifest).
@@ -269,40 +301,48 @@ impl Helm {
     }
 }
 
-/// The arguments of `helm upgrade --install` for one release.
-fn upgrade_args<'a>(
+/// What `helm upgrade --output json` printed: the release, manifest included.
+fn applied(stdout: &[u8]) -> Applied {
+    #[derive(serde::Deserialize)]
+    struct Printed {
+        #[serde(default)]
+        version: i64,
+    }
+    let revision = serde_json::from_slice::<Printed>(stdout).map(|p| p.version).unwrap_or_default();
+    Applied { revision, rendered: manifest::objects_from_release_json(stdout).ok() }
+}
+
+/// The arguments of helm for applying one release as `mode` says.
+fn apply_args<'a>(
+    mode: Mode,
     release: &'a str,
     chart: &'a str,
     namespace: &'a str,
     values_path: &'a str,
     writer_label: &'a str,
-    take_ownership: bool,
 ) -> Vec<&'a str> {
-    let mut args = vec![
-        "upgrade",
-        "--install",
-        release,
-        chart,
+    let mut args = match mode {
+        Mode::Install => vec!["install", release, chart],
+        Mode::Upgrade | Mode::Adopt => vec!["upgrade", "--install", release, chart, "--history-max", HISTORY_MAX],
+    };
+    args.extend([
         "--namespace",
         namespace,
         "--values",
         values_path,
-        "--history-max",
-        HISTORY_MAX,
         "--no-hooks",
         "--labels",
         writer_label,
         "--output",
         "json",
-    ];
-    args.extend(UPGRADE_SKIPS);
-    if take_ownership {
+    ]);
+    args.extend(APPLY_SKIPS);
+    if mode == Mode::Adopt {
         args.push("--take-ownership");
     }
     args
 }
 
-/// Everything a pipe yields until it closes.
 async fn read_all(mut pipe: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
     let mut buf = Vec::new();
     let _ = pipe.read_to_end(&mut buf).await;
@@ -327,20 +367,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn helm_upgrade_skips_only_checks_the_operator_guarantees() {
-        let args = upgrade_args("tinycode.ns.a", "/chart", "op-ns", "/tmp/v.json", "w=1", false);
-        assert_eq!(&args[..4], ["upgrade", "--install", "tinycode.ns.a", "/chart"]);
-        for pair in
-            [["--namespace", "op-ns"], ["--values", "/tmp/v.json"], ["--history-max", HISTORY_MAX], ["--labels", "w=1"]]
-        {
-            assert!(args.windows(2).any(|w| w == pair), "{pair:?} missing from {args:?}");
+    fn helm_applies_skip_only_checks_the_operator_guarantees() {
+        for mode in [Mode::Install, Mode::Upgrade, Mode::Adopt] {
+            let args = apply_args(mode, "tinycode.ns.a", "/chart", "op-ns", "/tmp/v.json", "w=1");
+            for pair in
+                [["--namespace", "op-ns"], ["--values", "/tmp/v.json"], ["--labels", "w=1"], ["--output", "json"]]
+            {
+                assert!(args.windows(2).any(|w| w == pair), "{mode:?}: {pair:?} missing from {args:?}");
+            }
+            for flag in ["--no-hooks", "--disable-openapi-validation", "--skip-schema-validation"] {
+                assert!(args.contains(&flag), "{mode:?}: {flag} missing from {args:?}");
+            }
+            assert!(!args.contains(&"--wait"));
+            assert_eq!(args.contains(&"--take-ownership"), mode == Mode::Adopt, "{mode:?}: {args:?}");
         }
-        for flag in ["--no-hooks", "--disable-openapi-validation", "--skip-schema-validation"] {
-            assert!(args.contains(&flag), "{flag} missing from {args:?}");
-        }
-        assert!(!args.contains(&"--take-ownership") && !args.contains(&"--wait"));
-        let adopting = upgrade_args("tinycode.ns.a", "/chart", "op-ns", "/tmp/v.json", "w=1", true);
-        assert_eq!(adopting.last(), Some(&"--take-ownership"));
+        let install = apply_args(Mode::Install, "tinycode.ns.a", "/chart", "op-ns", "/tmp/v.json", "w=1");
+        assert_eq!(&install[..3], ["install", "tinycode.ns.a", "/chart"]);
+        assert!(!install.contains(&"--history-max"), "helm install has no history to cap");
+        let upgrade = apply_args(Mode::Upgrade, "tinycode.ns.a", "/chart", "op-ns", "/tmp/v.json", "w=1");
+        assert_eq!(&upgrade[..4], ["upgrade", "--install", "tinycode.ns.a", "/chart"]);
+        assert!(upgrade.windows(2).any(|w| w == ["--history-max", HISTORY_MAX]));
+    }
+
+    #[test]
+    fn helm_output_gives_the_revision_and_what_it_rendered() {
+        let manifest = "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: a-tinycode\n  namespace: team\n";
+        let printed =
+            serde_json::json!({"name": "tinycode.team.a", "version": 4, "namespace": "op", "manifest": manifest});
+        let out = applied(printed.to_string().as_bytes());
+        assert_eq!(out.revision, 4);
+        let rendered = out.rendered.expect("the manifest is read");
+        assert_eq!(rendered.iter().map(manifest::ObjectRef::describe).collect::<Vec<_>>(), ["Service team/a-tinycode"]);
+        let garbled = applied(b"Release \"x\" has been upgraded");
+        assert_eq!((garbled.revision, garbled.rendered), (0, None), "text output yields nothing, not an empty list");
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub fn records(metas: &[ObjectMeta]) -> Vec<Record> {
     out
 }
 
+/// The name Helm's Secret driver gives the record of a release's revision.
+pub fn record_name(release: &str, revision: i64) -> String {
+    format!("sh.helm.release.v1.{release}.v{revision}")
+}
+
 /// The newest revision.
 pub fn latest(records: &[Record]) -> Option<&Record> {
     records.iter().max_by_key(|r| r.version)

@@ -3,4 +3,5 @@
 pub mod health;
 pub mod http_server;
 pub mod leader;
+pub mod memory;
 pub mod metrics;

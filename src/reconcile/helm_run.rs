@@ -1,4 +1,4 @@
-//! The helm step of [`super::execute`]: `helm upgrade --install` within the
+//! The helm step of [`super::execute`]: `helm install` or `upgrade --install` within the
 //! rendering's retry budget, a rollback to the last good revision when an
 //! upgrade fails, the move of a release an earlier build kept in the
 //! instance namespace, and discarding records of interrupted runs.
@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::TinycodeInstance;
-use crate::helm::release;
+use crate::helm::{Mode, release};
 use crate::reconcile::execute::{await_caches, delete_ignoring_missing};
 use crate::reconcile::plan::{HelmRun, Plan};
 use crate::reconcile::reason::Blocked;
@@ -37,7 +37,7 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
         }
     }
     tracing::info!(release = %release_name, reason = %why.reason, "applying helm release");
-    let applied = match ctx.helm.upgrade_install(release_name, storage_ns, &plan.values, why.migrate).await {
+    let applied = match ctx.helm.apply(release_name, storage_ns, &plan.values, why.mode).await {
         Ok(applied) => applied,
         Err(e) => {
             let failures = ctx.retries.lock().expect("lock").failed(&key, &attempt, &e.to_string());
@@ -53,6 +53,9 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
         }
     };
     ctx.retries.lock().expect("lock").clear(&key);
+    if let Some(objs) = applied.rendered {
+        ctx.remember_rendered(&release::record_name(release_name, applied.revision), objs);
+    }
     let note = format!(
         "release {release_name} revision {} applied ({}) for {}",
         applied.revision,
@@ -60,7 +63,7 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
         inst.name_any()
     );
     ctx.event(inst, EventType::Normal, "HelmApplied", "Helm", note).await;
-    if why.migrate {
+    if why.mode == Mode::Adopt {
         finish_migration(ctx, inst).await?;
     }
     await_caches(ctx, release_name, applied.revision).await;

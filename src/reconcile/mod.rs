@@ -46,6 +46,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use crate::api::{FINALIZER, Phase, TinycodeInstance};
 use crate::helm::{Helm, manifest, remediation::RetryBudget};
 use crate::ops::health::HealthState;
+use crate::ops::memory::Trimmer;
 use crate::ops::metrics::Metrics;
 use crate::settings::Settings;
 use crate::vllm;
@@ -74,6 +75,8 @@ pub struct Context {
     manifests: Mutex<HashMap<String, Arc<Vec<manifest::ObjectRef>>>>,
     /// Namespaces found prepared, and when.
     prepared: Mutex<HashMap<String, Instant>>,
+    /// Returns the heap a burst of reconciles freed once they drain.
+    memory: Arc<Trimmer>,
 }
 
 impl Context {
@@ -97,7 +100,23 @@ impl Context {
             retries,
             manifests: Mutex::default(),
             prepared: Mutex::default(),
+            memory: Arc::default(),
         }
+    }
+
+    /// Keeps what a release revision rendered (it never changes), by record name.
+    pub(crate) fn remember_rendered(
+        &self,
+        record: &str,
+        objs: Vec<manifest::ObjectRef>,
+    ) -> Arc<Vec<manifest::ObjectRef>> {
+        let objs = Arc::new(objs);
+        let mut cache = self.manifests.lock().expect("lock");
+        if cache.len() > 4096 {
+            cache.clear();
+        }
+        cache.insert(record.to_string(), objs.clone());
+        objs
     }
 
     /// Publishes an event on the instance (best effort). Normal events
@@ -170,8 +189,10 @@ pub async fn run(
         while tokio::time::timeout(Duration::from_secs(1), reader.wait_until_ready()).await.is_err() {}
         ready_ctx.stores.ready().await;
         synced.synced.store(true, Ordering::Relaxed);
+        ready_ctx.memory.settled();
         tracing::info!("watches synced");
     });
+    tokio::spawn(ctx.memory.clone().run());
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -191,6 +212,7 @@ pub async fn run(
 #[tracing::instrument(skip_all, fields(namespace = inst.namespace().unwrap_or_default(), name = inst.name_any()))]
 pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.stores.ready().await;
+    let _busy = ctx.memory.busy();
     let ns = inst.namespace().unwrap_or_default();
     let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, inst.clone(), |event| async {

@@ -335,16 +335,11 @@ async fn rendered_objects(ctx: &Context, record: &release::Record) -> Result<Arc
     let secret = api.get(&record.secret_name).await?;
     let data = secret.data.unwrap_or_default();
     let field = data.get("release").map(|b| b.0.as_slice()).unwrap_or_default();
-    let objs = Arc::new(manifest::objects_from_record(field).map_err(|e| {
+    let objs = manifest::objects_from_record(field).map_err(|e| {
         Error::blocked(
             crate::reconcile::reason::Blocked::ReleaseRecordUnreadable,
             format!("release record {}: {e}", record.secret_name),
         )
-    })?);
-    let mut cache = ctx.manifests.lock().expect("lock");
-    if cache.len() > 4096 {
-        cache.clear();
-    }
-    cache.insert(record.secret_name.clone(), objs.clone());
-    Ok(objs)
+    })?;
+    Ok(ctx.remember_rendered(&record.secret_name, objs))
 }

@@ -16,6 +16,7 @@ use kube::Resource;
 use serde::Serialize;
 
 use crate::api::TinycodeInstance;
+use crate::helm::Mode;
 use crate::helm::release::{self, Record};
 use crate::platform::openshift::Route;
 use crate::platform::scc::{self, SccTier};
@@ -64,8 +65,9 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HelmRun {
     pub reason: String,
-    /// The release moves from the instance namespace (an earlier build) to the operator's.
-    pub migrate: bool,
+    /// Install, upgrade, or move the release from the instance namespace (an
+    /// earlier build) to the operator's ([`Mode::Adopt`]).
+    pub mode: Mode,
 }
 
 /// How the instance is reached: its Route (OpenShift) or Ingress.
@@ -147,12 +149,15 @@ pub fn helm_run(
     requested: bool,
     request: &Option<String>,
 ) -> (Option<HelmRun>, Option<i64>) {
-    let run = |reason: String| (Some(HelmRun { reason, migrate: false }), None);
+    let run = |reason: String| (Some(HelmRun { reason, mode: Mode::Upgrade }), None);
     let done: Vec<Record> = release.records.iter().filter(|r| !r.is_pending()).cloned().collect();
     let Some(latest) = release::latest(&done) else {
         if release.legacy {
             let reason = "release of an earlier build moves to the operator namespace".to_string();
-            return (Some(HelmRun { reason, migrate: true }), None);
+            return (Some(HelmRun { reason, mode: Mode::Adopt }), None);
+        }
+        if release.records.is_empty() {
+            return (Some(HelmRun { reason: "release not installed".into(), mode: Mode::Install }), None);
         }
         return run("release not installed".into());
     };

@@ -160,7 +160,16 @@ fn helm_runs_only_when_something_changed() {
     }
     let legacy = ReleaseFacts { legacy: true, ..Default::default() };
     let (run, _) = helm_run(&legacy, None, &plan_for(&inst, &observed()).values, false, &None);
-    assert!(run.is_some_and(|r| r.migrate), "a release of an earlier build is migrated");
+    assert_eq!(run.map(|r| r.mode), Some(Mode::Adopt), "a release of an earlier build is adopted");
+    let modes = [
+        (ReleaseFacts::default(), Mode::Install),
+        (ReleaseFacts { records: vec![record(1, "pending-install")], ..Default::default() }, Mode::Upgrade),
+        (ReleaseFacts { records: vec![record(1, "failed")], ..Default::default() }, Mode::Upgrade),
+    ];
+    for (release, want) in modes {
+        let (run, _) = helm_run(&release, None, &plan_for(&inst, &observed()).values, false, &None);
+        assert_eq!(run.map(|r| r.mode), Some(want), "{:?}", release.records);
+    }
 }
 
 #[test]

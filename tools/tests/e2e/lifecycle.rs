@@ -265,3 +265,33 @@ pub async fn storage_is_fixed_at_creation(env: &mut Env) -> TestResult {
     ensure(problems.is_empty(), problems.join("\n"))?;
     delete_and_wait_gone(&c, &ns, "dev").await
 }
+
+/// `helm install` of a release whose record exists after all (the
+/// operator's watch had not shown it yet) upgrades the release instead of
+/// failing: the operator installs with `helm install` whenever its cache
+/// holds no record.
+pub async fn an_install_that_meets_a_record_upgrades_it(env: &mut Env) -> TestResult {
+    use std::sync::Arc;
+    use tinycode_operator::helm::{Helm, Mode};
+    use tinycode_operator::ops::metrics::Metrics;
+
+    let ns = env.ns("install-race");
+    env.prepare_with_script(&ns)?;
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let chart = repo_root().join("helm-charts/tinycode");
+    let helm = Helm::new(env.helm.clone(), chart, Duration::from_secs(120), stopped, Arc::new(Metrics::new()))
+        .ctx("helm home")?;
+    let v = super::default_values(&ns, "dev");
+    // Records in the test namespace: this test plays the operator's helm, not the operator.
+    let release = naming::release_name(&ns, "dev");
+    let first = helm.apply(&release, &ns, &v, Mode::Install).await.ctx("first install")?;
+    ensure_eq(first.revision, 1, "revision of the first install")?;
+    let again = helm.apply(&release, &ns, &v, Mode::Install).await.ctx("install over an existing record")?;
+    ensure_eq(again.revision, 2, "revision of the install that met a record")?;
+    let rendered = again.rendered.ok_or("helm's output gave no manifest")?;
+    ensure(
+        rendered.iter().any(|o| o.kind == "Deployment" && o.name == "dev-tinycode" && o.namespace == ns),
+        format!("the Deployment is not among what the upgrade rendered: {rendered:?}"),
+    )?;
+    helm.uninstall(&release, &ns).await.ctx("uninstall")
+}

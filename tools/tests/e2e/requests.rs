@@ -14,13 +14,14 @@ use tinycode_operator::api::TinycodeInstance;
 use super::deploy;
 use crate::harness::*;
 
-/// One audited request of the operator: (verb, resource, namespace, name).
+/// One audited request of the operator: (verb, resource, namespace, name, URI).
 #[derive(Debug, Clone)]
 struct Request {
     verb: String,
     resource: String,
     namespace: String,
     name: String,
+    uri: String,
 }
 
 impl Request {
@@ -59,6 +60,7 @@ fn requests_since(path: &Path, from: u64) -> Result<(u64, Vec<Request>), String>
             resource: s("/objectRef/resource"),
             namespace: s("/objectRef/namespace"),
             name: s("/objectRef/name"),
+            uri: s("/requestURI"),
         };
         if r.verb == "watch" || r.resource == "leases" {
             continue;
@@ -85,18 +87,34 @@ async fn settle(log: &Path, ns: &str, from: u64, quiet: Duration) -> Result<u64,
     Ok(offset)
 }
 
-/// A Running instance left alone makes no request and runs no helm; a
-/// reconcile woken by an unrelated change of the instance (an annotation)
-/// reads at most two objects live and writes nothing.
+/// A new instance's release is looked up once (`helm install`, not
+/// `upgrade --install`) and its record never read back (helm's output says
+/// what it rendered). A Running instance left alone makes no request and
+/// runs no helm; a reconcile woken by an unrelated change of the instance
+/// (an annotation) reads at most two objects live and writes nothing.
 pub async fn converged_instances_cost_no_requests(env: &mut Env) -> TestResult {
     let c = env.client().await;
     let ns = env.ns("quiet");
     env.prepare_with_script(&ns)?;
+    let log = audit_log(env)?;
+    let (before, _) = requests_since(&log, 0)?;
     deploy(env, &c, &ns, "dev", json!({})).await?;
     run_to_running(&c, &ns, "dev").await?;
-    let log = audit_log(env)?;
     let (start, _) = requests_since(&log, 0)?;
     let offset = settle(&log, &ns, start, Duration::from_secs(4)).await?;
+
+    let (_, rollout) = requests_since(&log, before)?;
+    let release = format!("tinycode.{ns}.dev");
+    let lookups: Vec<_> = rollout
+        .iter()
+        .filter(|r| r.verb == "list" && r.resource == "secrets" && r.uri.contains(&format!("name%3D{release}")))
+        .collect();
+    ensure_eq(lookups.len(), 1, "LISTs of the new release's records (helm install looks it up once)")?;
+    let record_reads: Vec<_> = rollout
+        .iter()
+        .filter(|r| r.verb == "get" && r.name.starts_with(&format!("sh.helm.release.v1.{release}.")))
+        .collect();
+    ensure(record_reads.is_empty(), format!("the release record was read back: {record_reads:?}"))?;
 
     // Idle: no request at all for this instance (a helm run would show as
     // reads and writes of its objects here).

@@ -19,8 +19,6 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::render::naming;
-use tinycode_operator::render::values::{self, Approved, InstanceRef};
-use tinycode_operator::settings::Settings;
 use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
 use super::{delete_and_wait_gone, kubeconfig, put_secret, standin};
@@ -475,13 +473,7 @@ pub async fn legacy_release_moves_to_the_operator_namespace(env: &mut Env) -> Te
     let ns = env.ns("legacy");
     env.prepare_with_script(&ns)?;
     let legacy = naming::legacy_release_name(&ns, "dev");
-    let v = values::build(
-        &InstanceRef { name: "dev", namespace: &ns, uid: "" },
-        &Default::default(),
-        &Settings::default(),
-        &Approved::default(),
-        None,
-    );
+    let v = super::default_values(&ns, "dev");
     let file = env.work.path().join(format!("legacy-{ns}.json"));
     std::fs::write(&file, serde_json::to_vec(&v).unwrap()).ctx("values file")?;
     let chart = repo_root().join("helm-charts/tinycode");
