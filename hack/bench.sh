@@ -178,6 +178,7 @@ read -r resync_req _ resync_status < <(audit_since "$a1")
 rss_now_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
 sleep 2 # the resync's burst is over: what the operator keeps
 rss_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$op/status")
+rss_split=$(awk '/RssAnon|RssFile/ { printf "%s %d MiB ", $1, $2 / 1024 }' "/proc/$op/status")
 
 # An operator upgrade: the same operator with a chart whose version changed
 # re-renders every instance through the worker pool (BENCH_UPGRADE=0 skips it).
@@ -214,7 +215,7 @@ printf 'helm runs / mean duration          %.0f / %s s, CPU per run %s s\n' "$he
 printf 'operator peak RSS (rollout)        %d MiB\n' "$((peak_kb / 1024))"
 printf 'idle 60 s: reconciles / helm runs  %.0f / %.0f; operator requests / writes %s / %s\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')" "$idle_req" "$idle_writes"
 printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0), requests %s, status writes %s\n' "$resync_s" "$resync_helm" "$resync_req" "$resync_status"
-printf 'operator RSS after resync          %d MiB (%d MiB as the last reconcile ended)\n' "$((rss_kb / 1024))" "$((rss_now_kb / 1024))"
+printf 'operator RSS after resync          %d MiB (%d MiB as the last reconcile ended; %s)\n' "$((rss_kb / 1024))" "$((rss_now_kb / 1024))" "$rss_split"
 printf 'operator upgrade: all re-rendered  %s s\n' "$upgrade_s"
 printf 'all deleted after                  %s s\n' "$delete_s"
 printf '\nhelm runs by reason (whole run):\n'
