@@ -76,14 +76,8 @@ pub fn objects_from_record(release_field: &[u8]) -> Result<Vec<ObjectRef>, Strin
     } else {
         json = packed;
     }
-    objects_from_release_json(&json)
-}
-
-/// The objects of a release as JSON: a record's decoded content, or what
-/// `helm upgrade --output json` prints.
-pub fn objects_from_release_json(json: &[u8]) -> Result<Vec<ObjectRef>, String> {
     let release: Release =
-        serde_json::from_slice(json).map_err(|e| format!("the release record is not a release: {e}"))?;
+        serde_json::from_slice(&json).map_err(|e| format!("the release record is not a release: {e}"))?;
     objects_from_manifest(&release.manifest)
 }
 

@@ -301,15 +301,20 @@ impl Helm {
     }
 }
 
-/// What `helm upgrade --output json` printed: the release, manifest included.
+/// What `helm install|upgrade --output json` printed: the release, manifest included.
 fn applied(stdout: &[u8]) -> Applied {
     #[derive(serde::Deserialize)]
     struct Printed {
         #[serde(default)]
         version: i64,
+        manifest: Option<String>,
     }
-    let revision = serde_json::from_slice::<Printed>(stdout).map(|p| p.version).unwrap_or_default();
-    Applied { revision, rendered: manifest::objects_from_release_json(stdout).ok() }
+    match serde_json::from_slice::<Printed>(stdout) {
+        Ok(p) => {
+            Applied { revision: p.version, rendered: p.manifest.and_then(|m| manifest::objects_from_manifest(&m).ok()) }
+        }
+        Err(_) => Applied { revision: 0, rendered: None },
+    }
 }
 
 /// The arguments of helm for applying one release as `mode` says.
