@@ -26,6 +26,9 @@ cd "$ROOT"
 PROFILE=${BENCH_PROFILE:-release}
 NS=bench-$$
 STATE=$(mktemp -d /tmp/tinycode-bench.XXXXXX)
+# The operator's TMPDIR (where its helm home lives) is memory-backed, as the
+# emptyDir at /tmp of config/manager/manager.yaml is.
+OP_TMP=$(mktemp -d /dev/shm/tinycode-bench.XXXXXX)
 HEALTH=127.0.0.1:18581
 METRICS=127.0.0.1:18583
 
@@ -86,14 +89,14 @@ op=
 CHART=$ROOT/helm-charts/tinycode
 start_operator() {
 	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
-		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 \
+		TMPDIR="$OP_TMP" TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 \
 		bash -c 'cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" >>"$STATE/operator.log" 2>&1 &
 	op=$!
 	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
 sim=
-trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE"' EXIT
+trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE" "$OP_TMP"' EXIT
 
 metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'

@@ -266,6 +266,13 @@ mod tests {
         assert!(pod["securityContext"].get("runAsUser").is_none());
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
         assert_eq!(pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+        // helm's home and its discovery cache live in TMPDIR, rewritten on every run.
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        let tmpdir = env.iter().find(|e| e["name"] == "TMPDIR").unwrap();
+        let mount =
+            pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == tmpdir["value"]);
+        let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount.unwrap()["name"]).unwrap();
+        assert_eq!(volume["emptyDir"]["medium"], "Memory");
     }
 
     #[test]
