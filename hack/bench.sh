@@ -13,7 +13,8 @@
 # (reconciles, helm runs, and the operator's requests and writes counted in the
 # apiserver's audit log); a restarted operator resyncing all instances (time,
 # helm runs, status writes); an operator upgrade (a new chart version)
-# re-rendering all; deleting all. BENCH_CONCURRENCY sets --concurrency;
+# re-rendering all; deleting all; a fixed workload's wall time before and
+# after the rollout (the machine's speed, see reference()). BENCH_CONCURRENCY sets --concurrency;
 # BENCH_QUICK=1 stops after the rollout (one line of figures, for repeats);
 # BENCH_DELETE=0 and BENCH_UPGRADE=0 skip those phases; BENCH_HEAP_PROFILE=1 runs an
 # operator built with heap profiling (dhat), which writes target/dhat-heap.json
@@ -87,12 +88,47 @@ BIN=$ROOT/target/$PROFILE
 
 op=
 CHART=$ROOT/helm-charts/tinycode
+# The operator and its helm reach the apiserver as in a pod: in-cluster
+# configuration (KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount's token and
+# CA at /run/secrets/kubernetes.io/serviceaccount, mounted in a private mount
+# namespace), HOME and TMPDIR in the memory-backed directory. With a kubeconfig
+# instead, every helm run parses it several times (about 6% of helm's CPU, a
+# cost no pod has). Without the right to make a mount namespace (not root) the
+# kubeconfig is used.
+SA=$STATE/serviceaccount
+mkdir -p "$SA"
+python3 - "$STATE/operator.kubeconfig" "$SA" <<-'EOF'
+	import base64, re, sys
+	text, out = open(sys.argv[1]).read(), sys.argv[2]
+	def field(name):  # tinycode-local writes one cluster and one user, plain scalars
+	    return re.search(rf"^\s*{name}: *(\S+)$", text, re.M).group(1)
+	open(f"{out}/token", "w").write(field("token"))
+	open(f"{out}/ca.crt", "wb").write(base64.b64decode(field("certificate-authority-data")))
+	open(f"{out}/namespace", "w").write("tinycode-operator-system")
+	host, port = field("server").removeprefix("https://").rsplit(":", 1)
+	open(f"{out}/server", "w").write(f"{host} {port}\n")
+	EOF
+read -r SA_HOST SA_PORT <"$SA/server"
+if unshare --mount --propagation private true 2>/dev/null; then IN_CLUSTER=1; else IN_CLUSTER=0; fi
+log "the operator's API configuration: $( ((IN_CLUSTER)) && echo in-cluster || echo kubeconfig)"
 start_operator() {
-	KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" \
-		TMPDIR="$OP_TMP" TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1 \
-		bash -c 'cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" >>"$STATE/operator.log" 2>&1 &
+	local env=(HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" HOME="$OP_TMP" TMPDIR="$OP_TMP"
+		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1)
+	if ((IN_CLUSTER)); then
+		env -u KUBECONFIG "${env[@]}" KUBERNETES_SERVICE_HOST="$SA_HOST" KUBERNETES_SERVICE_PORT="$SA_PORT" \
+			unshare --mount --propagation private bash -c 'mount -t tmpfs -o size=1m tmpfs /run &&
+				mkdir -p /run/secrets/kubernetes.io/serviceaccount &&
+				cp "$3"/token "$3"/ca.crt "$3"/namespace /run/secrets/kubernetes.io/serviceaccount/ &&
+				cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" "$SA" >>"$STATE/operator.log" 2>&1 &
+	else
+		env KUBECONFIG="$STATE/operator.kubeconfig" "${env[@]}" \
+			bash -c 'cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" >>"$STATE/operator.log" 2>&1 &
+	fi
 	op=$!
-	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do sleep 0.2; done
+	until curl -sf "http://$HEALTH/readyz" | grep -qx ready; do
+		kill -0 "$op" 2>/dev/null || { log "the operator exited:"; tail -5 "$STATE/operator.log" >&2; exit 1; }
+		sleep 0.2
+	done
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
 sim=
@@ -111,6 +147,21 @@ failures() {
 	curl -s "http://$METRICS/metrics" | awk '/^tinycode_operator_reconciles_total\{/ && !/result="success"/ { if (match($0, /result="[^"]*"/)) printf "%s=%d ", substr($0, RSTART + 8, RLENGTH - 9), $NF }'
 }
 now() { date +%s.%N; }
+# This host's speed has varied by half between runs minutes apart, mostly when
+# both CPUs are busy (two busy vCPUs slow each other down by up to half). A
+# fixed workload, timed before and after the rollout, tells a slow hour from a
+# slower operator: the wall time of two parallel series of 10 starts of `helm
+# version` in the environment the operator gives helm (process start-up is
+# most of what the bench repeats).
+reference() {
+	local t0
+	t0=$(now)
+	for _ in 1 2; do
+		(for _ in $(seq 10); do env -i HOME="$OP_TMP" LC_MESSAGES=fr_FR.UTF-8 GOGC=400 "$TINYCODE_HELM" version >/dev/null; done) &
+	done
+	wait
+	awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'
+}
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 start_operator
@@ -122,6 +173,7 @@ done >"$STATE/instances.yaml"
 sim=$!
 api_pid=$(cat "$CLUSTER_DIR/kube-apiserver.pid")
 etcd_pid=$(cat "$CLUSTER_DIR/etcd.pid")
+ref0=$(reference)
 req0=$(requests_by_verb)
 rec0=$(metric tinycode_operator_reconciles_total)
 op0=$(cpu "$op" own) helm0=$(cpu "$op" children) api0=$(cpu "$api_pid" own) etcd0=$(cpu "$etcd_pid" own)
@@ -149,13 +201,14 @@ op1=$(cpu "$op" own) helm1=$(cpu "$op" children) api1=$(cpu "$api_pid" own) etcd
 kill "$sim" 2>/dev/null || true
 wait "$sim" 2>/dev/null || true
 sim=
+ref1=$(reference)
 helm_runs=$(applied)
 if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
-	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
+	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  reference %s / %s s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
 		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" \
 		"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
 		"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')" \
-		"$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')" "$(failures)"
+		"$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')" "$ref0" "$ref1" "$(failures)"
 	exit 0
 fi
 helm_sum=$(awk -v a="$(metric 'tinycode_operator_helm_duration_seconds_sum{action="install"}')" -v b="$(metric 'tinycode_operator_helm_duration_seconds_sum{action="upgrade"}')" 'BEGIN { print a + b }')
@@ -207,6 +260,7 @@ fi
 printf '\ninstances                          %d\n' "$N"
 printf 'all releases deployed after        %s s (concurrency %s)\n' "$install_s" "${CONCURRENCY:-default}"
 printf 'all Running after                  %s s\n' "$running_s"
+printf 'reference workload before / after  %s / %s s (the machine'"'"'s speed)\n' "$ref0" "$ref1"
 printf 'reconciles per instance            %s\n' "$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')"
 printf 'failed reconciles by reason        %s\n' "$(failures)"
 printf 'API requests per instance by verb  %s\n' "$(join -a2 -e0 -o 0,1.2,2.2 <(echo "$req0") <(echo "$req1") | awk -v n="$N" '{ printf "%s %.1f  ", $1, ($3 - $2) / n }')"
