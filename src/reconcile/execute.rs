@@ -136,7 +136,9 @@ pub async fn write_status(
         "kind": TinycodeInstance::kind(&()),
         "status": status,
     });
-    api.patch_status(&inst.name_any(), &apply_params(), &Patch::Apply(&patch)).await.map(drop)
+    let written = api.patch_status(&inst.name_any(), &apply_params(), &Patch::Apply(&patch)).await?;
+    ctx.written.record(inst, status, written.metadata.resource_version);
+    Ok(())
 }
 
 /// Server-side apply with the operator's one field manager, taking fields over.

@@ -28,6 +28,7 @@ pub mod status;
 pub mod stores;
 pub mod triggers;
 pub mod validate;
+pub mod written;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -77,6 +78,8 @@ pub struct Context {
     prepared: Mutex<HashMap<String, Instant>>,
     /// Returns the heap a burst of reconciles freed once they drain.
     memory: Arc<Trimmer>,
+    /// Statuses written that the cache may not show yet.
+    pub written: written::WrittenStatuses,
 }
 
 impl Context {
@@ -101,6 +104,7 @@ impl Context {
             manifests: Mutex::default(),
             prepared: Mutex::default(),
             memory: Arc::default(),
+            written: written::WrittenStatuses::default(),
         }
     }
 
@@ -215,10 +219,17 @@ pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result
     let _busy = ctx.memory.busy();
     let ns = inst.namespace().unwrap_or_default();
     let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    let inst = ctx.written.current(inst);
     let result = finalizer(&api, FINALIZER, inst.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(inst) => apply(&inst, &ctx).await,
-            FinalizerEvent::Cleanup(inst) => cleanup::cleanup(&inst, &ctx).await,
+            FinalizerEvent::Cleanup(inst) => {
+                let done = cleanup::cleanup(&inst, &ctx).await;
+                if done.is_ok() {
+                    ctx.written.forget(&inst);
+                }
+                done
+            }
         }
     })
     .await;
