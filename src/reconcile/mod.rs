@@ -80,6 +80,8 @@ pub struct Context {
     memory: Arc<Trimmer>,
     /// Statuses written that the cache may not show yet.
     pub written: written::WrittenStatuses,
+    /// Instances whose finalizer this process removed.
+    finalized: written::Finalized,
 }
 
 impl Context {
@@ -105,6 +107,7 @@ impl Context {
             prepared: Mutex::default(),
             memory: Arc::default(),
             written: written::WrittenStatuses::default(),
+            finalized: written::Finalized::default(),
         }
     }
 
@@ -219,6 +222,10 @@ pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result
     let _busy = ctx.memory.busy();
     let ns = inst.namespace().unwrap_or_default();
     let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    if inst.metadata.deletion_timestamp.is_some() && ctx.finalized.contains(&inst) {
+        // Cleaned up and released already; the cache has not shown it yet.
+        return Ok(Action::await_change());
+    }
     let inst = ctx.written.current(inst);
     let result = finalizer(&api, FINALIZER, inst.clone(), |event| async {
         match event {
@@ -234,7 +241,14 @@ pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result
     })
     .await;
     let action = match result {
-        Ok(action) => action,
+        Ok(action) => {
+            if inst.metadata.deletion_timestamp.is_some() {
+                // Being deleted and Ok: the cleanup ran and the finalizer is gone
+                // (or it was gone before).
+                ctx.finalized.mark(&inst);
+            }
+            action
+        }
         Err(kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e)) => {
             return Err(e);
         }

@@ -1,5 +1,5 @@
-//! The status this process last wrote for each instance, until the cache
-//! shows it.
+//! What this process wrote that the cache may not show yet: the status it
+//! last wrote for each instance, and the instances whose finalizer it removed.
 //!
 //! A reconcile woken right after a status write (the Route admitted, the
 //! Deployment available a moment later) can read the instance from the cache
@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
@@ -96,6 +97,31 @@ impl WrittenStatuses {
     }
 }
 
+/// Instances (by uid) whose finalizer this process removed. A reconcile woken
+/// by the deletion of their objects can still find them in the cache, with the
+/// finalizer; it ran the whole cleanup a second time (at 1000 deletions, 697
+/// times: a "Deleted" event again, and a finalizer patch that failed with 404).
+#[derive(Default)]
+pub struct Finalized(Mutex<HashMap<String, Instant>>);
+
+/// Far longer than a cache trails the cluster.
+const FINALIZED_KEPT: Duration = Duration::from_secs(600);
+
+impl Finalized {
+    /// The finalizer of `inst` is gone from the cluster.
+    pub fn mark(&self, inst: &TinycodeInstance) {
+        let Some(uid) = inst.metadata.uid.clone() else { return };
+        let mut map = self.0.lock().expect("lock");
+        map.retain(|_, at| at.elapsed() < FINALIZED_KEPT);
+        map.insert(uid, Instant::now());
+    }
+
+    /// Whether this is an instance whose finalizer this process removed.
+    pub fn contains(&self, inst: &TinycodeInstance) -> bool {
+        inst.metadata.uid.as_ref().is_some_and(|uid| self.0.lock().expect("lock").contains_key(uid))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +179,18 @@ mod tests {
         let seen = written.current(instance("12", Some(Phase::Running)));
         assert_eq!(seen.status.as_ref().and_then(|s| s.phase), Some(Phase::Running));
         assert!(written.is_empty());
+    }
+
+    #[test]
+    fn a_finalized_instance_is_known_by_its_uid() {
+        let finalized = Finalized::default();
+        let gone = instance("10", Some(Phase::Terminating));
+        assert!(!finalized.contains(&gone));
+        finalized.mark(&gone);
+        assert!(finalized.contains(&instance("9", Some(Phase::Running))));
+        let mut recreated = (*instance("20", None)).clone();
+        recreated.metadata.uid = Some("u2".into());
+        assert!(!finalized.contains(&recreated));
     }
 
     #[test]
