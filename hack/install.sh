@@ -131,6 +131,7 @@ install_manager() {
 	sed "s|image: ${DEFAULT_IMAGE}\$|image: ${image}|" "$manifest" | apply_stdin "$manifest"
 	log "applied config/manager/manager.yaml (image ${image})"
 	apply_file "${REPO_ROOT}/config/manager/service.yaml"
+	apply_file "${REPO_ROOT}/config/manager/network_policy.yaml"
 }
 
 wait_rollout() {

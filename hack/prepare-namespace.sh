@@ -8,14 +8,22 @@
 #   (always)              create NAMESPACE when missing; RoleBinding
 #                         tinycode-operator-admin: ClusterRole admin for the
 #                         operator's ServiceAccount (it installs Deployments,
-#                         PVCs, Roles, RoleBindings, Routes there)
+#                         PVCs, Roles, RoleBindings, Routes there); the label
+#                         tinycode.dev/prepared=true, which records that a
+#                         cluster-admin prepared the namespace (the operator
+#                         refuses namespaces without it)
 #   --password-from-env   Secret tinycode-password, key TINYCODE_SERVER_PASSWORD,
 #                         from the TINYCODE_PASSWORD environment variable
 #                         (replaces an existing password)
 #   --generate-password   the same Secret with a random password, only when the
 #                         Secret does not exist yet (an existing one is kept)
-#   --allow-hostpath      approve the tinycode-hostpath SCC tier here
-#                         (label tinycode.dev/allow-hostpath=true)
+#   --allow-hostpath      approve the tinycode-hostpath SCC tier here for
+#                         read-only host directories
+#                         (label tinycode.dev/allow-hostpath=true); the paths
+#                         must lie under the operator's
+#                         --hostpath-allowed-prefixes
+#   --allow-hostpath-write the same tier, read-write
+#                         (label tinycode.dev/allow-hostpath=readwrite)
 #   --allow-shell         approve the tinycode-shell SCC tier here (hostPID!)
 #                         (label tinycode.dev/allow-shell=true)
 #   --operator-namespace  where the operator runs (default
@@ -57,7 +65,8 @@ parse_args() {
 		case "$1" in
 		--password-from-env) set_password_mode env ;;
 		--generate-password) set_password_mode generate ;;
-		--allow-hostpath) ALLOW_HOSTPATH=true ;;
+		--allow-hostpath) [[ "$ALLOW_HOSTPATH" == readwrite ]] || ALLOW_HOSTPATH=true ;;
+		--allow-hostpath-write) ALLOW_HOSTPATH=readwrite ;;
 		--allow-shell) ALLOW_SHELL=true ;;
 		--operator-namespace)
 			(($# >= 2)) || die "--operator-namespace needs a value"
@@ -126,6 +135,14 @@ grant_operator_admin() {
 	log "RoleBinding ${BINDING}: ClusterRole admin for ${OPERATOR_NAMESPACE}/${OPERATOR_SERVICE_ACCOUNT}"
 }
 
+# The label is the record that a cluster-admin prepared the namespace: the
+# RoleBinding alone proves nothing, since the namespace's own admin can create
+# the same binding, but only a cluster-admin can label a namespace.
+mark_prepared() {
+	kc label namespace "$NAMESPACE" tinycode.dev/prepared=true --overwrite >/dev/null
+	log "labelled namespace ${NAMESPACE} tinycode.dev/prepared=true"
+}
+
 # write_password_secret: the password comes in on stdin, leaves as base64
 # inside a manifest on the client's stdin; no process gets it as an argument
 # (printf and read are shell builtins).
@@ -167,9 +184,9 @@ ensure_password() {
 }
 
 approve_tiers() {
-	if [[ "$ALLOW_HOSTPATH" == true ]]; then
-		kc label namespace "$NAMESPACE" tinycode.dev/allow-hostpath=true --overwrite >/dev/null
-		log "approved the tinycode-hostpath SCC tier (label tinycode.dev/allow-hostpath=true)"
+	if [[ "$ALLOW_HOSTPATH" != false ]]; then
+		kc label namespace "$NAMESPACE" "tinycode.dev/allow-hostpath=${ALLOW_HOSTPATH}" --overwrite >/dev/null
+		log "approved the tinycode-hostpath SCC tier (label tinycode.dev/allow-hostpath=${ALLOW_HOSTPATH})"
 	fi
 	if [[ "$ALLOW_SHELL" == true ]]; then
 		kc label namespace "$NAMESPACE" tinycode.dev/allow-shell=true --overwrite >/dev/null
@@ -183,6 +200,7 @@ main() {
 	check_logged_in
 	ensure_namespace
 	grant_operator_admin
+	mark_prepared
 	ensure_password
 	approve_tiers
 	local k=${KUBECTL##*/}

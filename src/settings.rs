@@ -22,6 +22,17 @@ pub struct Settings {
     pub operator_service_account: String,
     /// Label a namespace must carry before instances are accepted there (`key=value`), if any.
     pub required_namespace_label: Option<(String, String)>,
+    /// A namespace counts as prepared only with the cluster-admin's label
+    /// [`crate::platform::prepare::PREPARED_LABEL`] (on by default; off trusts
+    /// any RoleBinding that gives the operator `admin`, which a namespace's own
+    /// admin can create).
+    pub require_prepared_label: bool,
+    /// Host directories a hostPath workspace may lie under (normalised
+    /// absolute paths); empty: no hostPath workspace is accepted.
+    pub hostpath_allowed_prefixes: Vec<String>,
+    /// Further CIDRs instance pods may not reach, besides link-local and the
+    /// cloud metadata addresses (always closed).
+    pub egress_deny_cidrs: Vec<String>,
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
@@ -58,6 +69,9 @@ impl Default for Settings {
             operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
             operator_service_account: DEFAULT_OPERATOR_SERVICE_ACCOUNT.into(),
             required_namespace_label: None,
+            require_prepared_label: true,
+            hostpath_allowed_prefixes: Vec::new(),
+            egress_deny_cidrs: Vec::new(),
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),
             helm_timeout: Duration::from_secs(120),

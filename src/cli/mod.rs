@@ -110,6 +110,20 @@ pub struct SettingsArgs {
     /// Label (key=value) a namespace must carry before instances are accepted there.
     #[arg(long, global = true, env = "TINYCODE_REQUIRED_NAMESPACE_LABEL")]
     pub required_namespace_label: Option<String>,
+    /// Accept only namespaces a cluster-admin labelled tinycode.dev/prepared=true
+    /// (hack/prepare-namespace.sh does). Off, any RoleBinding giving the operator
+    /// `admin` prepares a namespace, and a namespace's own admin can create one:
+    /// a tenant could then switch the operator on where no cluster-admin did.
+    #[arg(long, global = true, env = "TINYCODE_REQUIRE_PREPARED_LABEL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub require_prepared_label: bool,
+    /// Host directories hostPath workspaces may lie under (comma-separated absolute
+    /// paths); empty (the default) refuses every hostPath workspace.
+    #[arg(long, global = true, env = "TINYCODE_HOSTPATH_ALLOWED_PREFIXES", value_delimiter = ',')]
+    pub hostpath_allowed_prefixes: Vec<String>,
+    /// CIDRs instance pods may not reach besides link-local and cloud metadata
+    /// addresses, which are always closed (comma-separated).
+    #[arg(long, global = true, env = "TINYCODE_EGRESS_DENY_CIDRS", value_delimiter = ',')]
+    pub egress_deny_cidrs: Vec<String>,
     /// Ollama image for instances with ollama.enabled.
     #[arg(long, global = true, env = "TINYCODE_OLLAMA_IMAGE", default_value = "docker.io/ollama/ollama:latest")]
     pub ollama_image: String,
@@ -210,7 +224,31 @@ impl SettingsArgs {
                 Some((k.to_string(), v.to_string()))
             }
         };
+        let hostpath_allowed_prefixes = self
+            .hostpath_allowed_prefixes
+            .iter()
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                crate::reconcile::rules::normalise_host_path(p).ok_or_else(|| {
+                    format!("--hostpath-allowed-prefixes {p:?} must be an absolute path without . or ..")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let egress_deny_cidrs = self
+            .egress_deny_cidrs
+            .iter()
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                crate::render::values::parse_cidr(c)
+                    .ok_or_else(|| format!("--egress-deny-cidrs {c:?} is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Settings {
+            require_prepared_label: self.require_prepared_label,
+            hostpath_allowed_prefixes,
+            egress_deny_cidrs,
             allowed_registries: self
                 .allowed_registries
                 .iter()

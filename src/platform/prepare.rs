@@ -1,9 +1,37 @@
 //! Is a namespace prepared for instances (pure)? The operator holds no
-//! cluster-wide write access; a cluster-admin grants it `admin` per namespace.
-//! This reads the operator's own SelfSubjectRulesReview for the namespace and
-//! names what is missing together with the command that fixes it.
+//! cluster-wide write access; a cluster-admin grants it `admin` per namespace
+//! and records that act with a namespace label ([`PREPARED_LABEL`]). The
+//! label is what makes a namespace prepared: a tenant who is `admin` of a
+//! namespace can bind the operator there too (RBAC's escalation check allows
+//! granting rights one holds), but only a cluster-admin can label a namespace.
+//! The operator's own SelfSubjectRulesReview then says whether the rights are
+//! (still) there, naming what is missing with the command that fixes it.
 
 use k8s_openapi::api::authorization::v1::ResourceRule;
+
+/// Namespace label (value `true`) that hack/prepare-namespace.sh sets: a
+/// cluster-admin prepared this namespace for tinycode.
+pub const PREPARED_LABEL: &str = "tinycode.dev/prepared";
+
+/// Whether a namespace carries the cluster-admin's preparation mark.
+pub fn labelled_prepared(labels: &std::collections::BTreeMap<String, String>) -> bool {
+    labels.get(PREPARED_LABEL).is_some_and(|v| v == "true")
+}
+
+/// The commands that prepare `namespace` (what hack/prepare-namespace.sh runs).
+pub fn prepare_commands(namespace: &str, operator_ns: &str, operator_sa: &str) -> String {
+    format!(
+        "`oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount={operator_ns}:{operator_sa} -n {namespace}` and `oc label namespace {namespace} {PREPARED_LABEL}=true` (or hack/prepare-namespace.sh {namespace})"
+    )
+}
+
+/// The status message for a namespace without the preparation label.
+pub fn not_labelled_message(namespace: &str, operator_ns: &str, operator_sa: &str) -> String {
+    format!(
+        "namespace {namespace} is not prepared for tinycode: it lacks the label {PREPARED_LABEL}=true that only a cluster-admin can set (a RoleBinding for the operator made by the namespace's own admin prepares nothing). A cluster-admin prepares it with {}",
+        prepare_commands(namespace, operator_ns, operator_sa)
+    )
+}
 
 /// (API group, resource, verb) the reconcile and Helm need in an instance namespace.
 pub const NEEDED: &[(&str, &str, &str)] = &[
@@ -53,8 +81,9 @@ pub fn missing(rules: &[ResourceRule], platform: crate::platform::Platform) -> V
 /// The status message for an unprepared namespace.
 pub fn not_prepared_message(namespace: &str, missing: &[String], operator_ns: &str, operator_sa: &str) -> String {
     format!(
-        "namespace {namespace} is not prepared for tinycode: the operator may not {} there. A cluster-admin prepares it with `oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount={operator_ns}:{operator_sa} -n {namespace}` (or hack/prepare-namespace.sh {namespace})",
-        missing.join(", ")
+        "namespace {namespace} is not prepared for tinycode: the operator may not {} there. A cluster-admin prepares it with {}",
+        missing.join(", "),
+        prepare_commands(namespace, operator_ns, operator_sa)
     )
 }
 
@@ -111,5 +140,16 @@ mod tests {
         );
         assert!(m.contains("oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount=tinycode-operator-system:tinycode-operator-manager -n team"));
         assert!(m.contains("apps/deployments:create"));
+        assert!(m.contains("oc label namespace team tinycode.dev/prepared=true"));
+    }
+
+    #[test]
+    fn only_the_label_value_true_marks_a_namespace_prepared() {
+        let l = |v: &str| std::collections::BTreeMap::from([(PREPARED_LABEL.to_string(), v.to_string())]);
+        assert!(labelled_prepared(&l("true")));
+        assert!(!labelled_prepared(&l("yes")) && !labelled_prepared(&Default::default()));
+        let m = not_labelled_message("team", "op", "sa");
+        assert!(m.contains("oc label namespace team tinycode.dev/prepared=true"), "{m}");
+        assert!(m.contains("--serviceaccount=op:sa -n team"), "{m}");
     }
 }

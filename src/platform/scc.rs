@@ -16,6 +16,12 @@ use crate::api::TinycodeInstanceSpec;
 use crate::platform::openshift::SecurityContextConstraints;
 use crate::render::naming;
 
+/// Namespace label approving the hostPath tier: `true` for read-only host
+/// directories, [`HOSTPATH_READWRITE`] for writable ones too.
+pub const HOSTPATH_APPROVAL_LABEL: &str = "tinycode.dev/allow-hostpath";
+/// The hostPath approval's value that also allows writes.
+pub const HOSTPATH_READWRITE: &str = "readwrite";
+
 /// Least-privileged tier that satisfies a spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -71,15 +77,28 @@ impl SccTier {
     pub fn approval_label(self) -> Option<&'static str> {
         match self {
             SccTier::Restricted => None,
-            SccTier::Hostpath => Some("tinycode.dev/allow-hostpath"),
+            SccTier::Hostpath => Some(HOSTPATH_APPROVAL_LABEL),
             SccTier::Shell => Some("tinycode.dev/allow-shell"),
         }
+    }
+
+    /// Refuses a writable host directory unless the namespace's hostPath
+    /// approval says `readwrite` (a plain `true` approves read-only ones).
+    pub fn check_host_path_write(namespace: &str, ns_labels: &BTreeMap<String, String>) -> Result<(), String> {
+        if ns_labels.get(HOSTPATH_APPROVAL_LABEL).map(String::as_str) == Some(HOSTPATH_READWRITE) {
+            return Ok(());
+        }
+        Err(format!(
+            "spec.storage.hostPath.readOnly is false, and namespace {namespace} is approved for read-only host directories only; set readOnly: true, or a cluster-admin approves writes after review with `oc label namespace {namespace} {HOSTPATH_APPROVAL_LABEL}={HOSTPATH_READWRITE} --overwrite`"
+        ))
     }
 
     /// Refuses a tier the namespace has not been approved for, with the approving command.
     pub fn check_approval(self, namespace: &str, ns_labels: &BTreeMap<String, String>) -> Result<(), String> {
         let Some(label) = self.approval_label() else { return Ok(()) };
-        if ns_labels.get(label).map(String::as_str) == Some("true") {
+        let value = ns_labels.get(label).map(String::as_str);
+        // `readwrite` approves the hostPath tier for writable host directories too.
+        if value == Some("true") || (self == SccTier::Hostpath && value == Some(HOSTPATH_READWRITE)) {
             return Ok(());
         }
         Err(format!(

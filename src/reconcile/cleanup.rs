@@ -43,7 +43,7 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let terminating = namespace.as_ref().is_none_or(|n| n.metadata.deletion_timestamp.is_some());
     let degraded = terminating || !matches!(prepared_live(ctx, &ns).await, Ok(missing) if missing.is_empty());
     let mut left: Vec<String> = Vec::new();
-    uninstall(ctx, &ns, &name, degraded, &mut left).await?;
+    uninstall(ctx, inst, degraded, &mut left).await?;
     remove_own_objects(ctx, &ns, &name, &mut left).await?;
     remove_outside_objects(ctx, &ns, &name, &mut left).await?;
     let kept = if inst.spec.storage.retain_on_delete {
@@ -56,9 +56,13 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
         "the data volumes were deleted (storage.retainOnDelete is false)"
     };
     if !left.is_empty() {
-        let why = if terminating { "namespace is being deleted" } else { "operator has lost its rights there" };
+        let why = if terminating {
+            format!("namespace {ns} is being deleted")
+        } else {
+            "operator has lost its rights in a namespace of the instance".to_string()
+        };
         let note = format!(
-            "the {why}; these may remain in {ns} until the namespace goes: {}; the release records and cluster-wide bindings were removed",
+            "the {why}; these may remain until their namespace goes or its admin removes them: {}; the release records and cluster-wide bindings were removed",
             left.join(", ")
         );
         ctx.event(inst, EventType::Warning, "CleanupIncomplete", "Cleanup", note).await;
@@ -73,8 +77,14 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
 
 /// `helm uninstall`, then the release records go: they are the operator's
 /// own and never left behind, even when the uninstall could not finish.
-async fn uninstall(ctx: &Context, ns: &str, name: &str, degraded: bool, left: &mut Vec<String>) -> Result<(), Error> {
-    let release_name = naming::release_name(ns, name);
+async fn uninstall(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    degraded: bool,
+    left: &mut Vec<String>,
+) -> Result<(), Error> {
+    let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
+    let release_name = naming::release_name(&ns, &name);
     let storage_ns = &ctx.settings.operator_namespace;
     let records_api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
     let selector = ListParams::default().labels(&format!("owner=helm,name={release_name}"));
@@ -87,10 +97,44 @@ async fn uninstall(ctx: &Context, ns: &str, name: &str, degraded: bool, left: &m
             tracing::warn!(error = %e, "helm uninstall failed in a namespace the operator cannot manage any more");
             left.push(format!("the objects of release {release_name}"));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            // Another namespace's admin may have revoked the operator's
+            // rights there (a discovery namespace): that must not hold this
+            // instance's deletion hostage.
+            let lost = unprepared_others(ctx, inst).await;
+            if lost.is_empty() {
+                return Err(e.into());
+            }
+            tracing::warn!(error = %e, namespaces = ?lost, "helm uninstall failed where the operator lost its rights");
+            left.push(format!("the objects of release {release_name} in {}", lost.join(", ")));
+        }
     }
     records_api.delete_collection(&DeleteParams::default(), &selector).await?;
     Ok(())
+}
+
+/// Namespaces other than the instance's where its release put objects
+/// (discovery RoleBindings) and the operator may no longer manage them.
+async fn unprepared_others(ctx: &Context, inst: &TinycodeInstance) -> Vec<String> {
+    let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
+    let binding = naming::discovery_binding(&ns, &name);
+    let mut others: std::collections::BTreeSet<String> = ctx
+        .stores
+        .role_bindings
+        .state()
+        .iter()
+        .filter(|rb| rb.metadata.name.as_deref() == Some(binding.as_str()))
+        .filter_map(|rb| rb.metadata.namespace.clone())
+        .collect();
+    others.extend(inst.spec.discovery.iter().flat_map(|d| d.namespaces.iter()).filter(|n| *n != "*").cloned());
+    others.remove(&ns);
+    let mut lost = Vec::new();
+    for other in others {
+        if !matches!(prepared_live(ctx, &other).await, Ok(missing) if missing.is_empty()) {
+            lost.push(other);
+        }
+    }
+    lost
 }
 
 /// What the operator applied itself in the namespace: SCC grants, the Route

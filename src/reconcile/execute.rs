@@ -19,7 +19,6 @@ use crate::api::{TinycodeInstance, TinycodeInstanceStatus};
 use crate::helm::release;
 use crate::platform::openshift::Route;
 use crate::reconcile::plan::{Exposure, Plan};
-use crate::reconcile::validate::Withdraw;
 use crate::reconcile::{Context, Error};
 use crate::render::naming;
 
@@ -60,25 +59,6 @@ pub async fn execute(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Res
     };
     let (route, ingress) = expose(ctx, &ns, &name, &plan.exposure).await?;
     Ok(Outcome { revision, route, ingress })
-}
-
-/// Takes back what an instance that may not run was given.
-pub async fn withdraw(ctx: &Context, inst: &TinycodeInstance, what: &[Withdraw]) -> Result<(), Error> {
-    let ns = inst.namespace().unwrap_or_default();
-    let name = inst.name_any();
-    for w in what {
-        match w {
-            Withdraw::ClusterRoleBinding => {
-                let crbs: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
-                delete_ignoring_missing(&crbs, &naming::cluster_role_binding(&ns, &name)).await?;
-            }
-            Withdraw::KubeconfigCopy => {
-                let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-                delete_ignoring_missing(&secrets, &naming::kubeconfig_copy(&name)).await?;
-            }
-        }
-    }
-    Ok(())
 }
 
 async fn expose(

@@ -12,6 +12,7 @@ use tower_test::mock;
 use super::*;
 use crate::platform::scc::SccTier;
 use crate::reconcile::plan::tests::{instance, observed, plan_for};
+use crate::reconcile::revoke::{Withdraw, withdraw_one};
 use crate::reconcile::stores;
 use crate::settings::Settings;
 
@@ -128,7 +129,9 @@ async fn a_tier_change_applies_the_new_grant_and_deletes_the_old() {
 async fn withdrawn_approvals_delete_what_they_granted() {
     let (ctx, seen) = mocked();
     let inst = instance(serde_json::json!({}));
-    withdraw(&ctx, &inst, &[Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy]).await.expect("withdraw");
+    for w in [Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy] {
+        withdraw_one(&ctx, &inst, &w).await.expect("withdraw");
+    }
     assert_eq!(
         requests(&seen),
         vec![

@@ -41,6 +41,11 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
         Ok(applied) => applied,
         Err(e) => {
             let failures = ctx.retries.lock().expect("lock").failed(&key, &attempt, &e.to_string());
+            // The operator's rights in a namespace of the release may be gone
+            // (another namespace's admin can revoke them): ask again next time.
+            let own = plan.values.instance.namespace.as_str();
+            let others = plan.values.discovery.namespaces.iter().map(String::as_str);
+            crate::reconcile::observe::forget_prepared(ctx, std::iter::once(own).chain(others));
             roll_back_to_last_good(ctx, inst, release_name).await;
             let max = ctx.retries.lock().expect("lock").max();
             if failures >= max {

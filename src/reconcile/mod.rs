@@ -23,6 +23,7 @@ pub mod kubeconfig;
 pub mod observe;
 pub mod plan;
 pub mod reason;
+pub mod revoke;
 pub mod rules;
 pub mod status;
 pub mod stores;
@@ -188,7 +189,7 @@ pub async fn run(
     let controller =
         Controller::for_stream(triggers::relevant(events, hash_instance), reader.clone()).with_config(config);
     let (platform, operator_ns) = (settings.platform, settings.operator_namespace.clone());
-    let (stores, controller) = stores::start(&client, platform, &operator_ns, scope, controller);
+    let (stores, controller) = stores::start(&client, platform, &operator_ns, scope, controller, reader.clone());
     let ctx = Arc::new(Context::new(client, settings, helm, metrics, stores));
     let synced = health.clone();
     let ready_ctx = ctx.clone();
@@ -304,21 +305,42 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
 
 /// rules → observe → validate → plan → execute → status.
 async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
-    let warnings = validate::spec_rules(inst, &ctx.settings)?;
+    // Every path that returns before a plan re-renders the instance first
+    // withdraws what approvals no longer cover (SPEC §14): a tenant cannot
+    // keep a grant by suspending, breaking the spec or failing another gate.
+    let warnings = match validate::spec_rules(inst, &ctx.settings) {
+        Ok(warnings) => warnings,
+        Err(invalid) => {
+            revoke::revoke(ctx, inst, "the spec is invalid").await?;
+            return Err(invalid.into());
+        }
+    };
     if inst.spec.suspend {
-        let st = status::suspended(inst, &now());
+        revoke::revoke(ctx, inst, "the instance is suspended").await?;
+        let deployment = ctx.stores.deployments.get(
+            &ObjectRef::new(&crate::render::naming::fullname(&inst.name_any()))
+                .within(&inst.namespace().unwrap_or_default()),
+        );
+        let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
+        let st = status::suspended(inst, stopped, &now());
         if inst.status.as_ref() != Some(&st) {
             execute::write_status(ctx, inst, &st).await?;
         }
         ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
-        return Ok(Action::await_change());
+        // Namespace labels wake it; a kubeconfig owner's consent lives on a
+        // Secret in another namespace, which is not watched.
+        return Ok(if inst.spec.cluster_admin.kubeconfig_namespace.is_some() {
+            Action::requeue(ctx.settings.blocked_requeue)
+        } else {
+            Action::await_change()
+        });
     }
     let observed = observe::observe(ctx, inst).await?;
     let valid = match validate::validate(&observed, inst, &ctx.settings, warnings) {
         Ok(valid) => valid,
         Err(invalid) => {
             // An approval taken back takes what it granted with it, first.
-            execute::withdraw(ctx, inst, &plan::withdrawals(&invalid.withdraw, &observed)).await?;
+            revoke::revoke(ctx, inst, invalid.reason.as_str()).await?;
             return Err(Error::blocked(invalid.reason, invalid.message));
         }
     };

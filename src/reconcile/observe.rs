@@ -43,8 +43,12 @@ pub struct Observed {
     pub installed_sccs: BTreeSet<String>,
     /// The role the instance's ClusterRoleBinding binds now, if it exists.
     pub bound_cluster_role: Option<String>,
-    /// Namespaces labelled open to vLLM discovery.
+    /// Namespaces labelled open to vLLM discovery (and prepared for the operator).
     pub discovery_labelled: BTreeSet<String>,
+    /// Namespaces labelled open to discovery where the operator is not (or no
+    /// longer) prepared: skipped, so another namespace's admin cannot block
+    /// this instance's upgrades by revoking the operator's rights there.
+    pub discovery_unprepared: Vec<String>,
     pub password: SecretFacts,
     /// A fresh random password, drawn only when the generated Secret is missing.
     pub fresh_password: Option<String>,
@@ -133,11 +137,18 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
     {
         return Ok(o);
     }
+    if ctx.settings.require_prepared_label
+        && !o.namespace_labels.as_ref().is_some_and(crate::platform::prepare::labelled_prepared)
+    {
+        return Ok(o);
+    }
     o.missing_rules = prepared(ctx, &ns).await?;
     if !o.missing_rules.is_empty() {
         return Ok(o);
     }
     from_stores(ctx, inst, &mut o);
+    (o.discovery_labelled, o.discovery_unprepared) =
+        prepared_discovery(ctx, std::mem::take(&mut o.discovery_labelled)).await?;
     secrets(ctx, inst, &mut o).await?;
     o.release = release_facts(ctx, &ns, &inst.name_any(), o.deployment.as_deref()).await?;
     let others = discover::approved_discovery(&ns, &inst.spec, &o.discovery_labelled);
@@ -198,6 +209,36 @@ async fn secrets(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) -> Re
         o.kubeconfig = Some(kubeconfig(ctx, inst, &ns).await?);
     }
     Ok(())
+}
+
+/// Splits discovery namespaces into those prepared for the operator (the
+/// cluster-admin's label where required, and the operator's rights) and the rest.
+async fn prepared_discovery(
+    ctx: &Context,
+    labelled: BTreeSet<String>,
+) -> Result<(BTreeSet<String>, Vec<String>), Error> {
+    let mut ready = BTreeSet::new();
+    let mut unprepared = Vec::new();
+    for ns in labelled {
+        let labels = ctx.stores.namespaces.get(&ObjectRef::new(&ns)).and_then(|n| n.metadata.labels.clone());
+        let marked = !ctx.settings.require_prepared_label
+            || labels.as_ref().is_some_and(crate::platform::prepare::labelled_prepared);
+        if marked && prepared(ctx, &ns).await?.is_empty() {
+            ready.insert(ns);
+        } else {
+            unprepared.push(ns);
+        }
+    }
+    Ok((ready, unprepared))
+}
+
+/// Forgets that these namespaces were found prepared (a helm run failed
+/// there: the rights may be gone), so the next reconcile asks again.
+pub fn forget_prepared<'a>(ctx: &Context, namespaces: impl IntoIterator<Item = &'a str>) {
+    let mut prepared = ctx.prepared.lock().expect("lock");
+    for ns in namespaces {
+        prepared.remove(ns);
+    }
 }
 
 /// Rules the operator lacks in `ns` (empty: prepared). A positive answer is

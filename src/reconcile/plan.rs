@@ -22,7 +22,7 @@ use crate::platform::openshift::Route;
 use crate::platform::scc::{self, SccTier};
 use crate::reconcile::conditions::{self, Desired};
 use crate::reconcile::observe::{Observed, ReleaseFacts};
-use crate::reconcile::validate::{PASSWORD_KEY, ValidInstance, Withdraw};
+use crate::reconcile::validate::{PASSWORD_KEY, ValidInstance};
 use crate::render::values::{self, Approved, InstanceRef, Values};
 use crate::render::{config, ingress, naming, route};
 use crate::settings::Settings;
@@ -124,18 +124,6 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance,
         warnings: valid.warnings.clone(),
         request,
     }
-}
-
-/// Withdrawals for an instance that may not run, limited to what exists.
-pub fn withdrawals(withdraw: &[Withdraw], observed: &Observed) -> Vec<Withdraw> {
-    withdraw
-        .iter()
-        .copied()
-        .filter(|w| match w {
-            Withdraw::ClusterRoleBinding => observed.bound_cluster_role.is_some(),
-            Withdraw::KubeconfigCopy => observed.kubeconfig.as_ref().is_some_and(|k| k.copy.is_some()),
-        })
-        .collect()
 }
 
 /// Whether helm must run (and why), else the deployed revision. Helm runs

@@ -23,7 +23,10 @@ pub(crate) fn instance(spec: serde_json::Value) -> TinycodeInstance {
 /// What a prepared namespace with everything in place looks like.
 pub(crate) fn observed() -> Observed {
     Observed {
-        namespace_labels: Some(BTreeMap::new()),
+        namespace_labels: Some(BTreeMap::from([(
+            crate::platform::prepare::PREPARED_LABEL.to_string(),
+            "true".to_string(),
+        )])),
         installed_sccs: crate::platform::scc::ALL_TIERS.iter().map(|t| t.scc_name()).collect::<BTreeSet<_>>(),
         password: SecretFacts::Present { keys: vec![validate::PASSWORD_KEY.into()], digest: "d1".into() },
         ..Default::default()
@@ -222,8 +225,10 @@ fn tier_changes_leave_grants_to_delete_and_role_changes_replace_the_binding() {
         serde_json::json!({"clusterAdmin": {"enabled": true, "clusterRole": "view", "kubeconfigSecretName": "kc"}}),
     );
     let mut obs = observed();
-    obs.namespace_labels =
-        Some(BTreeMap::from([(crate::reconcile::approval::ALLOW_CLUSTER_ROLE_LABEL.into(), "view".into())]));
+    obs.namespace_labels
+        .as_mut()
+        .unwrap()
+        .insert(crate::reconcile::approval::ALLOW_CLUSTER_ROLE_LABEL.into(), "view".into());
     obs.kubeconfig = None;
     obs.grants.insert(naming::scc_grant("dev", "privileged"), ObjectMeta::default());
     obs.bound_cluster_role = Some("edit".into());
@@ -234,15 +239,6 @@ fn tier_changes_leave_grants_to_delete_and_role_changes_replace_the_binding() {
     assert!(p.replace_cluster_role_binding, "a binding of another role is replaced");
     obs.bound_cluster_role = Some("view".into());
     assert!(!plan(&valid, &obs, &inst, &settings).replace_cluster_role_binding);
-}
-
-#[test]
-fn withdrawals_only_for_what_exists() {
-    let mut obs = observed();
-    let both = [Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy];
-    assert!(withdrawals(&both, &obs).is_empty(), "nothing granted, nothing to delete");
-    obs.bound_cluster_role = Some("view".into());
-    assert_eq!(withdrawals(&both, &obs), vec![Withdraw::ClusterRoleBinding]);
 }
 
 #[test]
@@ -270,4 +266,35 @@ fn a_generated_password_is_created_once_and_digested_before_it_exists() {
     };
     assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");
     assert!(plan_for(&inst, &obs2).password_secret.is_none());
+}
+
+#[test]
+fn a_namespace_without_the_preparation_label_is_not_prepared() {
+    let inst = instance(serde_json::json!({}));
+    let mut obs = observed();
+    obs.namespace_labels = Some(BTreeMap::new());
+    let e = validate::validate(&obs, &inst, &Settings::default(), Vec::new()).unwrap_err();
+    assert_eq!(e.reason, crate::reconcile::reason::Blocked::NamespaceNotPrepared);
+    let lax = Settings { require_prepared_label: false, ..Default::default() };
+    assert!(validate::validate(&obs, &inst, &lax, Vec::new()).is_ok(), "the flag turns the requirement off");
+}
+
+#[test]
+fn writable_host_directories_need_the_readwrite_approval() {
+    let settings = Settings::default();
+    let hp = |read_only: bool| {
+        instance(serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": read_only}}}))
+    };
+    let with = |value: &str| {
+        let mut obs = observed();
+        obs.namespace_labels.as_mut().unwrap().insert("tinycode.dev/allow-hostpath".into(), value.into());
+        obs
+    };
+    let e = validate::validate(&with("true"), &hp(false), &settings, Vec::new()).unwrap_err();
+    assert_eq!(e.reason, crate::reconcile::reason::Blocked::SccNotApproved);
+    assert!(e.message.contains("tinycode.dev/allow-hostpath=readwrite"), "{}", e.message);
+    assert!(validate::validate(&with("true"), &hp(true), &settings, Vec::new()).is_ok());
+    assert!(validate::validate(&with("readwrite"), &hp(false), &settings, Vec::new()).is_ok());
+    let e = validate::validate(&with("yes"), &hp(true), &settings, Vec::new()).unwrap_err();
+    assert_eq!(e.reason, crate::reconcile::reason::Blocked::SccNotApproved);
 }

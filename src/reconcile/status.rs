@@ -120,15 +120,15 @@ pub fn failed(inst: &TinycodeInstance, err: &Error, message: &str, now: &str) ->
 }
 
 /// Status of a suspended instance: nothing applied, the rest kept.
-pub fn suspended(inst: &TinycodeInstance, now: &str) -> TinycodeInstanceStatus {
+pub fn suspended(inst: &TinycodeInstance, stopped: bool, now: &str) -> TinycodeInstanceStatus {
     let prev = inst.status.clone().unwrap_or_default();
     let generation = inst.metadata.generation;
-    let ready = Desired::new(
-        conditions::READY,
-        false,
-        "Suspended",
-        "spec.suspend is true: the operator runs no helm and writes nothing for this instance until it is false",
-    );
+    let message = if stopped {
+        "spec.suspend is true: the operator runs no helm for this instance until it is false; an approval its workload used was withdrawn, so the workload was scaled to zero (see the ApprovalWithdrawn event)"
+    } else {
+        "spec.suspend is true: the operator runs no helm for this instance until it is false, and only withdraws what a withdrawn approval granted"
+    };
+    let ready = Desired::new(conditions::READY, false, "Suspended", message);
     let desired: Vec<Desired> = std::iter::once(ready).chain(conditions::progress_ok(Phase::Suspended)).collect();
     TinycodeInstanceStatus {
         phase: Some(Phase::Suspended),
@@ -257,7 +257,7 @@ mod tests {
             helm_revision: Some(4),
             ..Default::default()
         });
-        let s = suspended(&inst, "t");
+        let s = suspended(&inst, false, "t");
         assert_eq!((s.phase, s.url.as_deref(), s.helm_revision), (Some(Phase::Suspended), Some("https://x"), Some(4)));
         let t = terminating(&inst, "t");
         assert_eq!((t.phase, t.url.as_deref()), (Some(Phase::Terminating), Some("https://x")));

@@ -20,7 +20,9 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::platform::openshift::{Route, SecurityContextConstraints};
-use crate::reconcile::triggers::{hash_deployment, hash_ingress, hash_meta, hash_route, relevant_owned};
+use crate::reconcile::triggers::{
+    hash_deployment, hash_ingress, hash_meta, hash_namespace, hash_route, relevant, relevant_owned,
+};
 
 /// Label selecting the objects the operator and its chart create.
 pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=tinycode-operator";
@@ -269,13 +271,14 @@ pub fn start<K>(
     operator_namespace: &str,
     scope: Option<&str>,
     controller: kube::runtime::Controller<K>,
+    instances: Store<K>,
 ) -> (Stores, kube::runtime::Controller<K>)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let owned = || config().labels(PART_OF_SELECTOR);
     let any = config;
-    let cached = Cached::start(client, platform, operator_namespace, scope);
+    let (cached, namespace_events) = Cached::start(client, platform, operator_namespace, scope);
     // Deployments keep only what the reconcile reads (metadata and status).
     let (deployments, s) = reflect_trimmed(scoped_api::<Deployment>(client, scope), owned(), |d| {
         d.spec = Default::default();
@@ -303,6 +306,17 @@ where
         c = c.owns_stream(relevant_owned(s, hash_ingress));
         (None, Some(store))
     };
+    // A namespace's labels are approvals: a change wakes its instances, so
+    // one taken back is withdrawn at once whatever state they are in.
+    c = c.watches_stream(relevant(namespace_events, hash_namespace), move |ns: Meta<Namespace>| {
+        let name = ns.metadata.name.clone();
+        instances
+            .state()
+            .iter()
+            .filter(|i| i.meta().namespace == name)
+            .map(|i| ObjectRef::from_obj(&**i))
+            .collect::<Vec<_>>()
+    });
     let Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes } = cached;
     let stores = Stores {
         namespaces,
@@ -341,15 +355,15 @@ impl Cached {
         platform: crate::platform::Platform,
         operator_namespace: &str,
         scope: Option<&str>,
-    ) -> Self {
+    ) -> (Self, impl EventStream<Meta<Namespace>>) {
         let owned = || config().labels(PART_OF_SELECTOR);
         let any = config;
         let namespace_config = match scope {
             Some(ns) => config().fields(&format!("metadata.name={ns}")),
             None => config(),
         };
-        let (namespaces, s) = reflect_meta(Api::<Meta<Namespace>>::all(client.clone()), namespace_config);
-        drive(s);
+        let (namespaces, namespace_events) =
+            reflect_meta(Api::<Meta<Namespace>>::all(client.clone()), namespace_config);
         let (pvcs, s) = reflect_owned(scoped_api::<Meta<PersistentVolumeClaim>>(client, scope), owned());
         drive(s);
         let (cluster_role_bindings, s) = reflect_owned(Api::<ClusterRoleBinding>::all(client.clone()), owned());
@@ -369,7 +383,8 @@ impl Cached {
             drive(s);
             store
         });
-        Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes }
+        let cached = Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes };
+        (cached, namespace_events)
     }
 }
 

@@ -107,6 +107,14 @@ pub fn hash_meta<K: Resource>(obj: &K) -> u64 {
     h.finish()
 }
 
+/// Namespaces: their labels (the approvals) and whether they are going.
+pub fn hash_namespace<K: Resource>(ns: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    ns.meta().labels.hash(&mut h);
+    ns.meta().deletion_timestamp.as_ref().map(|t| t.0.as_second()).hash(&mut h);
+    h.finish()
+}
+
 /// Deployments: metadata plus the rollout figures the status reports.
 pub fn hash_deployment(d: &Deployment) -> u64 {
     let mut h = DefaultHasher::new();

@@ -40,24 +40,17 @@ pub struct ValidInstance {
     pub pending_approvals: Vec<String>,
 }
 
-/// Why the instance may not run, and what must be withdrawn first.
+/// Why the instance may not run (what it held without approval is withdrawn
+/// by [`super::revoke`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Invalid {
     pub reason: Blocked,
     pub message: String,
-    pub withdraw: Vec<Withdraw>,
-}
-
-/// Something granted earlier whose approval is gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Withdraw {
-    ClusterRoleBinding,
-    KubeconfigCopy,
 }
 
 fn blocked(reason: Blocked, message: impl Into<String>) -> Invalid {
-    Invalid { reason, message: message.into(), withdraw: Vec::new() }
+    Invalid { reason, message: message.into() }
 }
 
 /// Checks `inst` (whose spec passed [`rules::validate`] with `warnings`) against the cluster.
@@ -75,18 +68,25 @@ pub fn validate(
         return offline(observed, inst, tier, warnings);
     }
     let labels = observed.namespace_labels.clone().unwrap_or_default();
-    namespace_gates(observed, settings, &ns, tier, &labels)?;
+    let host_path_writable = spec.storage.host_path.as_ref().is_some_and(|h| !h.read_only);
+    namespace_gates(observed, host_path_writable, settings, &ns, tier, &labels)?;
     let cluster_role = approval::cluster_role(&ns, &spec.cluster_admin, &labels, &settings.allowed_cluster_roles)
-        .map_err(|message| Invalid {
-            reason: Blocked::ClusterRoleNotApproved,
-            message,
-            withdraw: vec![Withdraw::ClusterRoleBinding],
-        })?;
+        .map_err(|message| Invalid { reason: Blocked::ClusterRoleNotApproved, message })?;
     let requested: Vec<String> = spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()).collect();
     let discovery_namespaces = approved_discovery(&ns, spec, &observed.discovery_labelled);
     let mut warnings = warnings;
     if requested.iter().any(|n| *n != ns) {
-        warnings.extend(approval::discovery_namespaces(&requested, &ns, &observed.discovery_labelled).1);
+        let unprepared = &observed.discovery_unprepared;
+        // Labelled but unprepared namespaces get their own warning below.
+        let mut labelled = observed.discovery_labelled.clone();
+        labelled.extend(unprepared.iter().cloned());
+        warnings.extend(approval::discovery_namespaces(&requested, &ns, &labelled).1);
+        for other in unprepared.iter().filter(|u| requested.iter().any(|r| r == "*" || r == *u)) {
+            warnings.push(format!(
+                "discovery namespace {other} is skipped: the operator is not prepared there (a cluster-admin prepares it with {})",
+                crate::platform::prepare::prepare_commands(other, &settings.operator_namespace, &settings.operator_service_account)
+            ));
+        }
     }
     let mut mounted = Vec::new();
     let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
@@ -150,6 +150,7 @@ fn offline(
 /// may run the tier.
 fn namespace_gates(
     observed: &Observed,
+    host_path_writable: bool,
     settings: &Settings,
     ns: &str,
     tier: SccTier,
@@ -165,6 +166,14 @@ fn namespace_gates(
             ),
         ));
     }
+    if settings.require_prepared_label && !crate::platform::prepare::labelled_prepared(labels) {
+        let message = crate::platform::prepare::not_labelled_message(
+            ns,
+            &settings.operator_namespace,
+            &settings.operator_service_account,
+        );
+        return Err(blocked(Blocked::NamespaceNotPrepared, message));
+    }
     if !observed.missing_rules.is_empty() {
         let message = crate::platform::prepare::not_prepared_message(
             ns,
@@ -174,7 +183,7 @@ fn namespace_gates(
         );
         return Err(blocked(Blocked::NamespaceNotPrepared, message));
     }
-    check_tier(observed, settings.platform, ns, tier, labels)
+    check_tier(observed, host_path_writable, settings.platform, ns, tier, labels)
 }
 
 /// Without the cluster nothing is approved: say what would need approval.
@@ -197,12 +206,16 @@ fn pending_approvals(inst: &TinycodeInstance, ns: &str) -> Vec<String> {
 
 fn check_tier(
     observed: &Observed,
+    host_path_writable: bool,
     platform: Platform,
     ns: &str,
     tier: SccTier,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), Invalid> {
     tier.check_approval(ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
+    if host_path_writable {
+        SccTier::check_host_path_write(ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
+    }
     if !platform.sccs {
         return platform::check_pod_security(ns, tier, labels).map_err(|m| blocked(Blocked::PodSecurityNotAllowed, m));
     }
@@ -320,7 +333,6 @@ fn kubeconfig(
             return Err(Invalid {
                 reason: Blocked::KubeconfigNotShared,
                 message: approval::kubeconfig_not_shared_message(&secret_name, source_ns, ns),
-                withdraw: vec![Withdraw::KubeconfigCopy],
             });
         }
     }
@@ -341,7 +353,7 @@ fn kubeconfig(
             ),
         ));
     };
-    let warnings = kubeconfig_warnings(&String::from_utf8_lossy(&bytes.0)).map_err(|problem| {
+    let warnings = kubeconfig_warnings(&bytes.0).map_err(|problem| {
         blocked(
             Blocked::KubeconfigInvalid,
             format!("Secret {secret_name} key {key} in {source_ns}: {problem}; store a working kubeconfig there"),

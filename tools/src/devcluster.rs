@@ -266,8 +266,14 @@ fn matched_rules(all: &[ClusterRole], rule: &AggregationRule, own: Option<&Strin
 /// Prepares a namespace as the README tells a cluster-admin to: the
 /// operator's `admin` RoleBinding and a password Secret.
 pub async fn prepare_namespace(client: &Client, ns: &str, password: Option<&str>) -> Result<(), BoxError> {
-    apply_named::<Namespace>(client, ns, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-        .await?;
+    // The label records the cluster-admin's act (the operator requires it).
+    let labels = json!({tinycode_operator::platform::prepare::PREPARED_LABEL: "true"});
+    apply_named::<Namespace>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}),
+    )
+    .await?;
     let rb = RoleBinding {
         metadata: ObjectMeta {
             name: Some("tinycode-operator-admin".into()),

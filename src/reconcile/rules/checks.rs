@@ -93,12 +93,29 @@ pub(super) fn quantities(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str,
 
 /// The workspace: a well-formed hostPath or StorageClass, and none of the
 /// features a hostPath workspace rules out (the shell, git, unshared replicas).
-pub(super) fn storage(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str, String)) {
+pub(super) fn storage(spec: &TinycodeInstanceSpec, settings: &Settings, err: &mut impl FnMut(&str, String)) {
     let host_path = spec.storage.host_path.as_ref();
-    if let Some(hp) = host_path
-        && !hp.path.starts_with('/')
-    {
-        err("spec.storage.hostPath.path", format!("{:?} must be an absolute path starting with /", hp.path));
+    if let Some(hp) = host_path {
+        match super::normalise_host_path(&hp.path) {
+            None => err(
+                "spec.storage.hostPath.path",
+                format!("{:?} must be an absolute path starting with / and without . or .. components", hp.path),
+            ),
+            Some(path) if !super::host_path_allowed(&path, &settings.hostpath_allowed_prefixes) => err(
+                "spec.storage.hostPath.path",
+                if settings.hostpath_allowed_prefixes.is_empty() {
+                    format!(
+                        "{path} is refused: this operator accepts no hostPath workspace (a cluster-admin lists the host directories allowed with --hostpath-allowed-prefixes); use a PVC workspace"
+                    )
+                } else {
+                    format!(
+                        "{path} is not under a host directory the cluster-admin allows ({}); use a path under one of them or a PVC workspace",
+                        settings.hostpath_allowed_prefixes.join(", ")
+                    )
+                },
+            ),
+            Some(_) => {}
+        }
     }
     if let Some(class) = &spec.storage.storage_class_name
         && !DNS_SUBDOMAIN.is_match(class)
@@ -172,8 +189,18 @@ pub(super) fn auth(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str, Strin
 
 /// Cluster-admin mode: it needs a kubeconfig Secret, and a cluster role is
 /// bound only in that mode and never a reserved one.
-pub(super) fn cluster_admin(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str, String)) {
+pub(super) fn cluster_admin(spec: &TinycodeInstanceSpec, settings: &Settings, err: &mut impl FnMut(&str, String)) {
     let ca = &spec.cluster_admin;
+    if let Some(source) = ca.kubeconfig_namespace.as_deref().filter(|n| !n.is_empty())
+        && super::reserved_namespace(source, settings).is_some()
+    {
+        err(
+            "spec.clusterAdmin.kubeconfigNamespace",
+            format!(
+                "{source:?} is reserved (default, kube-*, openshift-* and the operator's own): a kubeconfig is never copied from there; keep it in the instance namespace or in a team namespace that shares it"
+            ),
+        );
+    }
     if ca.enabled && ca.kubeconfig_secret_name.as_deref().unwrap_or("").is_empty() {
         err(
             "spec.clusterAdmin.kubeconfigSecretName",

@@ -76,11 +76,11 @@ pub fn validate(
     checks::image(&spec.image, settings, &mut err);
     checks::replicas(spec.replicas, &mut err);
     checks::quantities(spec, &mut err);
-    checks::storage(spec, &mut err);
+    checks::storage(spec, settings, &mut err);
     checks::hostname(spec.hostname.as_deref(), &mut err);
     checks::ollama(spec, &mut err);
     checks::auth(spec, &mut err);
-    checks::cluster_admin(spec, &mut err);
+    checks::cluster_admin(spec, settings, &mut err);
     checks::vllm(spec.vllm.as_deref(), &mut err);
     checks::discovery(spec, &mut err);
     checks::git(spec, &mut err);
@@ -109,6 +109,29 @@ pub fn url_extras(url: &str, git: bool) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// `path` with `//` collapsed and a trailing `/` removed, or None when it is
+/// not absolute or has a `.` or `..` component (which, with symlinks on the
+/// node, could leave any prefix it seems to lie under).
+pub fn normalise_host_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if part == "." || part == ".." {
+            return None;
+        }
+        parts.push(part);
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// Whether the normalised `path` lies under one of `prefixes` (whole
+/// components: `/srv` admits `/srv/code`, not `/srvx`).
+pub fn host_path_allowed(path: &str, prefixes: &[String]) -> bool {
+    prefixes.iter().any(|p| p == "/" || path == p || path.strip_prefix(p.as_str()).is_some_and(|r| r.starts_with('/')))
 }
 
 /// Why a namespace may not hold instances, if it may not.

@@ -7,8 +7,13 @@ fn spec(json: serde_json::Value) -> TinycodeInstanceSpec {
     serde_json::from_value(json).expect("spec parses")
 }
 
+/// Default settings, but host directories under /data and /srv allowed.
+fn settings() -> Settings {
+    Settings { hostpath_allowed_prefixes: vec!["/data".into(), "/srv".into()], ..Settings::default() }
+}
+
 fn errors(s: &TinycodeInstanceSpec) -> Vec<FieldError> {
-    validate("my-tinycode", "tinycode-dev", s, &Settings::default()).expect_err("spec must be refused").0
+    validate("my-tinycode", "tinycode-dev", s, &settings()).expect_err("spec must be refused").0
 }
 
 fn fields(s: &TinycodeInstanceSpec) -> Vec<String> {
@@ -88,7 +93,7 @@ fn cross_field_rules() {
     let ok = spec(serde_json::json!({"replicas": 3, "storage": {"projectsAccessMode": "ReadWriteMany"}}));
     assert!(validate("a", "team", &ok, &Settings::default()).is_ok());
     let ok = spec(serde_json::json!({"replicas": 3, "storage": {"hostPath": {"path": "/srv"}}}));
-    assert!(validate("a", "team", &ok, &Settings::default()).is_ok());
+    assert!(validate("a", "team", &ok, &settings()).is_ok());
     let s = spec(serde_json::json!({"ollama": {"enabled": true, "host": "http://x:11434"}}));
     assert_eq!(fields(&s), vec!["spec.ollama.host"]);
 }
@@ -244,4 +249,37 @@ fn error_display_joins_field_and_fix() {
     let s = spec(serde_json::json!({"replicas": 11, "storage": {"projectsAccessMode": "ReadWriteMany"}}));
     let e = validate("a", "team", &s, &Settings::default()).unwrap_err();
     assert_eq!(e.to_string(), "spec.replicas: 11 is out of range: use 1 to 10");
+}
+
+#[test]
+fn host_directories_must_lie_under_an_allowed_prefix() {
+    let hp = |path: &str| spec(serde_json::json!({"storage": {"hostPath": {"path": path}}}));
+    // No prefix configured (the default): every hostPath is refused, with the flag to set.
+    let e = validate("a", "team", &hp("/srv/code"), &Settings::default()).unwrap_err();
+    assert_eq!(e.0[0].field, "spec.storage.hostPath.path");
+    assert!(e.0[0].message.contains("--hostpath-allowed-prefixes"), "{}", e.0[0].message);
+    for ok in ["/srv/code", "/srv//code/", "/data", "/srv/"] {
+        assert!(validate("a", "team", &hp(ok), &settings()).is_ok(), "{ok}");
+    }
+    for bad in ["/srvx", "/srv/../etc", "/srv/./code", "/", "/etc/kubernetes", "srv/code"] {
+        assert_eq!(fields(&hp(bad)), vec!["spec.storage.hostPath.path"], "{bad}");
+    }
+    assert_eq!(normalise_host_path("/srv//a/b/"), Some("/srv/a/b".into()));
+    assert_eq!(normalise_host_path("/"), Some("/".into()));
+    assert_eq!(normalise_host_path("/a/../b"), None);
+    assert!(host_path_allowed("/anything", &["/".into()]));
+}
+
+#[test]
+fn a_kubeconfig_is_never_copied_from_a_reserved_namespace() {
+    for ns in ["kube-system", "openshift-config", "default", "tinycode-operator-system"] {
+        let s = spec(
+            serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "kubeconfigNamespace": ns}}),
+        );
+        assert_eq!(fields(&s), vec!["spec.clusterAdmin.kubeconfigNamespace"], "{ns}");
+    }
+    let s = spec(
+        serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "kubeconfigNamespace": "admins"}}),
+    );
+    assert!(validate("a", "team", &s, &settings()).is_ok());
 }

@@ -111,7 +111,7 @@ pub fn build(
         git: GitValues::of(spec.git.as_ref()),
         scc: SccValues { tier, name: tier.scc_name() },
         config: ConfigValues::of(config_json),
-        network_policy: NetworkPolicyValues { ingress_namespace_labels: ingress_sources(settings) },
+        network_policy: NetworkPolicyValues::of(settings, ingress_sources(settings)),
     };
     values.values_hash = hash(&values, &rendering(settings));
     values

@@ -18,6 +18,49 @@ pub struct NetworkPolicyValues {
     /// Labels of the namespaces whose pods may reach the UI besides the
     /// instance's own: the OpenShift router's, or the ingress controller's.
     pub ingress_namespace_labels: BTreeMap<String, String>,
+    /// IPv4 CIDRs the pods may not reach: link-local (cloud metadata lives
+    /// there), other metadata addresses, and what the cluster-admin adds.
+    pub egress_denied_v4: Vec<String>,
+    /// The same for IPv6.
+    pub egress_denied_v6: Vec<String>,
+}
+
+/// Always closed to instance pods: link-local (169.254.169.254 and the other
+/// metadata services there), Alibaba's and Azure's metadata and wire server.
+pub const EGRESS_DENIED_V4: &[&str] = &["169.254.0.0/16", "100.100.100.200/32", "168.63.129.16/32"];
+/// Always closed to instance pods: link-local, AWS's and GCP's IPv6 metadata.
+pub const EGRESS_DENIED_V6: &[&str] = &["fe80::/10", "fd00:ec2::254/128", "fd20:ce::254/128"];
+
+impl NetworkPolicyValues {
+    pub fn of(settings: &Settings, ingress_namespace_labels: BTreeMap<String, String>) -> Self {
+        let mut v4: Vec<String> = EGRESS_DENIED_V4.iter().map(|c| c.to_string()).collect();
+        let mut v6: Vec<String> = EGRESS_DENIED_V6.iter().map(|c| c.to_string()).collect();
+        for cidr in &settings.egress_deny_cidrs {
+            let list = if cidr.contains(':') { &mut v6 } else { &mut v4 };
+            if !list.contains(cidr) {
+                list.push(cidr.clone());
+            }
+        }
+        Self { ingress_namespace_labels, egress_denied_v4: v4, egress_denied_v6: v6 }
+    }
+}
+
+/// `cidr` in canonical form (`10.0.0.0/8`, `fd00::/8`) when it is an IPv4 or
+/// IPv6 network whose host bits are zero, as NetworkPolicy requires.
+pub fn parse_cidr(cidr: &str) -> Option<String> {
+    let (addr, len) = cidr.trim().split_once('/')?;
+    let len: u8 = len.parse().ok()?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(a) if len <= 32 => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            (u32::from(a) & !mask == 0).then(|| format!("{a}/{len}"))
+        }
+        std::net::IpAddr::V6(a) if len <= 128 => {
+            let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+            (u128::from(a) & !mask == 0).then(|| format!("{a}/{len}"))
+        }
+        _ => None,
+    }
 }
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
