@@ -11,7 +11,8 @@
 //! rebinding). So the guard classifies the *address actually dialled*:
 //!
 //! * [`check_ip`] classifies one address, unwrapping IPv4-mapped,
-//!   IPv4-compatible and NAT64 forms to the IPv4 address they carry;
+//!   IPv4-compatible, NAT64, 6to4 and Teredo forms to the IPv4 addresses
+//!   they carry;
 //! * [`check_host_name`] refuses names that mean "this node" or "the
 //!   metadata service" before any lookup;
 //! * [`GuardedResolver`] is the HTTP client's DNS resolver: it resolves a
@@ -105,20 +106,25 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Refusal> {
     }
 }
 
-/// The IPv4 address an IPv6 address carries in its last 32 bits, when it is
-/// IPv4-mapped (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d),
-/// IPv4-compatible (::a.b.c.d) or in a NAT64 prefix (the well-known
-/// 64:ff9b::/96 and the local-use 64:ff9b:1::/96).
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+/// The IPv4 addresses an IPv6 address carries, when it is IPv4-mapped
+/// (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d), IPv4-compatible
+/// (::a.b.c.d) or in a NAT64 prefix (the well-known 64:ff9b::/96 and the
+/// local-use 64:ff9b:1::/96): the last 32 bits; 6to4 (2002::/16): bits
+/// 16..48; Teredo (2001::/32): the server in bits 32..64 and the client in
+/// the last 32 bits, inverted. Relays and tunnels deliver to the embedded
+/// address, so each must pass like a plain IPv4 address.
+fn embedded_v4(ip: Ipv6Addr) -> [Option<Ipv4Addr>; 2] {
     let s = ip.segments();
-    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-    match s[..6] {
-        [0, 0, 0, 0, 0, 0xffff]
-        | [0, 0, 0, 0, 0xffff, 0]
-        | [0, 0, 0, 0, 0, 0]
-        | [0x64, 0xff9b, 0, 0, 0, 0]
-        | [0x64, 0xff9b, 1, 0, 0, 0] => Some(tail),
-        _ => None,
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, ..]
+        | [0, 0, 0, 0, 0xffff, 0, ..]
+        | [0, 0, 0, 0, 0, 0, ..]
+        | [0x64, 0xff9b, 0, 0, 0, 0, ..]
+        | [0x64, 0xff9b, 1, 0, 0, 0, ..] => [Some(v4(s[6], s[7])), None],
+        [0x2002, ..] => [Some(v4(s[1], s[2])), None],
+        [0x2001, 0, ..] => [Some(v4(s[2], s[3])), Some(v4(!s[6], !s[7]))],
+        _ => [None, None],
     }
 }
 
@@ -130,8 +136,8 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Refusal> {
         Some(Refusal::Loopback)
     } else if ip == Ipv6Addr::UNSPECIFIED {
         Some(Refusal::Unspecified)
-    } else if let Some(v4) = embedded_v4(ip) {
-        classify_v4(v4)
+    } else if let [Some(first), second] = embedded_v4(ip) {
+        classify_v4(first).or_else(|| second.and_then(classify_v4))
     } else if (ip.segments()[0] & 0xffc0) == 0xfe80 {
         Some(Refusal::LinkLocal)
     } else if ip.is_multicast() {
@@ -263,6 +269,18 @@ mod tests {
             ("::ffff:a9fe:a9fe", Refusal::Metadata),
             ("64:ff9b::a9fe:a9fe", Refusal::Metadata),
             ("::169.254.169.254", Refusal::Metadata),
+            // 6to4: the IPv4 address is bits 16..48.
+            ("2002:7f00:0001::", Refusal::Loopback),
+            ("2002:7f00:1:abcd::5", Refusal::Loopback),
+            ("2002:a9fe:a9fe::1", Refusal::Metadata),
+            ("2002:a9fe:101::", Refusal::LinkLocal),
+            ("2002::", Refusal::Unspecified),
+            // Teredo, server 65.54.227.120, client (inverted) 127.0.0.1 / 169.254.169.254.
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", Refusal::Loopback),
+            ("2001:0:4136:e378:8000:63bf:5601:5601", Refusal::Metadata),
+            // Teredo, server 127.0.0.1 / 169.254.169.254, client (inverted) 8.8.8.8.
+            ("2001:0:7f00:1::f7f7:f7f7", Refusal::Loopback),
+            ("2001:0:a9fe:a9fe:0:0:f7f7:f7f7", Refusal::Metadata),
             ("224.0.0.1", Refusal::NotUnicast),
             ("255.255.255.255", Refusal::NotUnicast),
             ("ff02::1", Refusal::NotUnicast),
@@ -285,6 +303,13 @@ mod tests {
             "2001:db8::1",
             "::ffff:10.0.0.5",
             "64:ff9b::a00:5",
+            "2606:4700:4700::1111",
+            "2a00:1450:4001:80b::200e",
+            // 2001:db8::/32 is not Teredo (that is 2001:0::/32).
+            "2001:db8:7f00:1::",
+            // 6to4 and Teredo around public IPv4 addresses (8.8.8.8; 65.54.227.120 and 1.2.3.4).
+            "2002:808:808::1",
+            "2001:0:4136:e378:8000:63bf:fefd:fcfb",
         ] {
             assert_eq!(check_ip(ip(addr), false), Ok(()), "{addr}");
         }
@@ -292,7 +317,9 @@ mod tests {
 
     #[test]
     fn loopback_exception_opens_loopback_only() {
-        for addr in ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b::7f00:1"] {
+        for addr in
+            ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::"]
+        {
             assert_eq!(check_ip(ip(addr), true), Ok(()), "{addr}");
         }
         for addr in ["169.254.169.254", "0.0.0.0", "::", "fe80::1", "169.254.1.1", "fd00:ec2::254", "::ffff:0.0.0.0"] {

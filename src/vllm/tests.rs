@@ -34,6 +34,8 @@ fn ssrf_guard_sees_through_address_spellings() {
         ("http://[::ffff:7f00:1]:8000", "loopback"),
         ("http://[::127.0.0.1]:8000", "loopback"),
         ("http://[64:ff9b::7f00:1]:8000", "loopback"),
+        ("http://[2002:7f00:1::]:8000", "loopback"),
+        ("http://[2001:0:4136:e378:8000:63bf:5601:5601]/latest", "metadata"),
         ("http://0.0.0.0:8000", "unspecified"),
         ("http://[::]:8000", "unspecified"),
         ("http://0:8000", "unspecified"),
