@@ -237,7 +237,7 @@ impl Prober {
             .no_proxy()
             // Names are resolved and their addresses checked in one step, so
             // the address checked is the address connected to.
-            .dns_resolver(netguard::GuardedResolver::new(settings.allow_loopback))
+            .dns_resolver(netguard::GuardedResolver::new(settings.allow_loopback, settings.timeout))
             .build()
             .expect("HTTP client");
         Self { client, settings, cache: Mutex::default(), slots: Semaphore::new(MAX_CONCURRENT_PROBES) }
@@ -379,6 +379,8 @@ async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>
 fn describe(url: &str, e: &reqwest::Error) -> String {
     if let Some(refused) = netguard::find_refusal(e) {
         format!("GET {url}: {refused}")
+    } else if let Some(failed) = netguard::find_lookup_failure(e) {
+        format!("GET {url}: {failed}")
     } else if e.is_timeout() {
         format!("GET {url} timed out")
     } else if e.is_connect() {

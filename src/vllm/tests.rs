@@ -105,8 +105,11 @@ fn ssrf_guard_refuses_user_info_query_and_fragment() {
 #[tokio::test]
 async fn resolver_refusals_are_reported_not_hidden_as_connect_errors() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client =
-        reqwest::Client::builder().no_proxy().dns_resolver(netguard::GuardedResolver::new(false)).build().unwrap();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .dns_resolver(netguard::GuardedResolver::new(false, Duration::from_secs(5)))
+        .build()
+        .unwrap();
     // Refused at lookup: nothing is dialled.
     let url = "http://localhost:9/v1/models";
     let e = client.get(url).send().await.expect_err("refused");
@@ -520,4 +523,16 @@ async fn probes_in_flight_never_exceed_the_slot_cap() {
     let (reports, seen) = tokio::join!(prober.probe_all(&targets), watch);
     assert_eq!(seen, MAX_CONCURRENT_PROBES, "connections open at once");
     assert!(reports.iter().all(|r| r.served.is_err()), "a silent server serves nothing");
+}
+
+#[tokio::test]
+async fn a_host_name_is_probed_through_the_guarded_resolver() {
+    // `localhost` resolves without a DNS server (/etc/hosts, RFC 6761).
+    let (url, accepted) = stand_in(many_models(1, 0)).await;
+    let port = url.rsplit(':').next().unwrap();
+    let report = loopback_prober(Duration::from_secs(5)).probe("q", &format!("http://localhost:{port}")).await;
+    assert_eq!(report.served.map(|s| s.len()), Ok(1));
+    assert!(accepted.load(Ordering::SeqCst) > 0);
+    let refused = Prober::new(ProbeSettings::default()).probe("q", &format!("http://localhost.:{port}")).await;
+    assert!(refused.served.unwrap_err().contains("loopback"));
 }
