@@ -2,6 +2,12 @@
 //! body, SSRF guard), the context-window and tool-calling checks, and the
 //! conditions that report them. A misbehaving server never fails a
 //! reconcile: it becomes a warning.
+//!
+//! Tenants choose the URLs and run the servers, so everything a probe keeps
+//! or reports is bounded (models per provider, id length, warnings per
+//! report, message length, cache content) and so is the work: probes in
+//! flight across all instances ([`MAX_CONCURRENT_PROBES`]), DNS lookups
+//! ([`netguard::DNS_SLOTS`]) and discovered Services per instance.
 
 mod models;
 pub mod netguard;
@@ -292,12 +298,13 @@ impl Prober {
         };
         let mut warnings = Vec::new();
         if let Ok(list) = &listed {
-            warnings.extend(context_warnings(name, &list.served));
+            // First, so a long list of small-context models cannot push it past the cap.
             if let Some(model) = list.served.keys().next()
                 && let Some(w) = self.tool_check(name, base, model).await
             {
                 warnings.push(w);
             }
+            warnings.extend(context_warnings(name, &list.served));
         }
         report.warnings = cap_warnings(name, warnings);
         report.served = match listed {
