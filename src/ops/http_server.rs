@@ -13,9 +13,14 @@
 //!   longer than [`Limits::request_timeout`];
 //! - at most [`Limits::max_connections`] connections are served at once; a
 //!   connection beyond the cap is closed as soon as it is accepted instead of
-//!   being queued.
+//!   being queued;
+//! - at most [`Limits::max_connections_per_peer`] of them come from one peer
+//!   IP address, so one pod cannot hold every slot and make the kubelet's
+//!   probes fail (and the kubelet restart the operator).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -37,6 +42,9 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Connections served at once; further connections are closed on accept.
     pub max_connections: usize,
+    /// Connections served at once from one peer IP address; further
+    /// connections from that address are closed on accept.
+    pub max_connections_per_peer: usize,
 }
 
 impl Default for Limits {
@@ -45,6 +53,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             max_connections: 64,
+            max_connections_per_peer: 8,
         }
     }
 }
@@ -52,12 +61,61 @@ impl Default for Limits {
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Open connections by peer IP address. An entry exists only while its
+/// count is above 0, so the map never holds more entries than there are
+/// open connections.
+#[derive(Debug, Default)]
+struct PeerCounts {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One counted connection; dropping it gives the peer's slot back.
+struct PeerSlot {
+    counts: Arc<PeerCounts>,
+    peer: IpAddr,
+}
+
+impl PeerCounts {
+    /// A slot for one more connection from `peer`, unless it holds `max` already.
+    fn try_acquire(self: &Arc<Self>, peer: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut open = self.open.lock().expect("lock");
+        let count = open.entry(peer).or_insert(0);
+        if *count >= max {
+            // `max` is 0 only when misconfigured: remove the entry just made.
+            if *count == 0 {
+                open.remove(&peer);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot { counts: self.clone(), peer })
+    }
+
+    #[cfg(test)]
+    fn peers(&self) -> usize {
+        self.open.lock().expect("lock").len()
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().expect("lock");
+        if let Some(count) = open.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
+}
+
 /// Serves `router` on `listener` within `limits`, forever.
 pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
     let app = router.layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout));
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let peers = Arc::new(PeerCounts::default());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -66,6 +124,12 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
                 tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
                 continue;
             }
+        };
+        // The peer's own cap first: a peer at its cap never takes a global slot.
+        let Some(peer_slot) = peers.try_acquire(peer.ip(), limits.max_connections_per_peer) else {
+            tracing::debug!(%peer, max = limits.max_connections_per_peer, "per-peer connection limit reached; closing connection");
+            drop(stream);
+            continue;
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             tracing::debug!(%peer, max = limits.max_connections, "connection limit reached; closing connection");
@@ -78,6 +142,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(permit);
+            drop(peer_slot);
         });
     }
 }
@@ -139,6 +204,7 @@ mod tests {
             header_read_timeout: Duration::from_millis(header_ms),
             request_timeout: Duration::from_millis(request_ms),
             max_connections,
+            max_connections_per_peer: max_connections,
         }
     }
 
@@ -207,5 +273,75 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         drop(first);
+    }
+
+    /// Sends one request on `stream` (kept alive) and reads the first chunk of the answer.
+    async fn request_on(stream: &mut TcpStream) -> String {
+        stream.write_all(b"GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut buf)).await.expect("no answer").unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// A connection from `source` (a loopback address other than 127.0.0.1
+    /// gives the server another peer).
+    async fn connect_from(source: &str, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(source.parse().unwrap(), 0)).unwrap();
+        tokio::time::timeout(PATIENCE, socket.connect(addr)).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_peer_cannot_take_every_slot() {
+        let limits = Limits { max_connections_per_peer: 3, ..limits(30_000, 10_000, 64) };
+        let addr = start(limits).await;
+        // 127.0.0.1 holds its cap of served, idle (kept-alive) connections.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut s = connect_from("127.0.0.1", addr).await;
+            let resp = request_on(&mut s).await;
+            assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+            held.push(s);
+        }
+        // Its next connection is closed unserved, well before the header timeout.
+        let mut extra = connect_from("127.0.0.1", addr).await;
+        let _ = extra.write_all(b"GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
+        let got = read_to_close(&mut extra).await.expect("a connection beyond the peer's cap was kept open");
+        assert!(!String::from_utf8_lossy(&got).contains(" 200 "), "served beyond the peer's cap");
+
+        // Another peer is still served while the first holds its cap.
+        let mut other = connect_from("127.0.0.2", addr).await;
+        let resp = request_on(&mut other).await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "another peer was refused: {resp}");
+
+        // Closing one of the first peer's connections gives it a slot back.
+        drop(held.pop());
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let mut s = connect_from("127.0.0.1", addr).await;
+            let _ = s.write_all(b"GET /ok HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await;
+            let got = read_to_close(&mut s).await.unwrap_or_default();
+            if got.starts_with(b"HTTP/1.1 200") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the freed per-peer slot never served again");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[test]
+    fn per_peer_counts_are_capped_and_forget_idle_peers() {
+        let counts = Arc::new(PeerCounts::default());
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let held: Vec<PeerSlot> = (0..2).map(|_| counts.try_acquire(a, 2).expect("under the cap")).collect();
+        assert!(counts.try_acquire(a, 2).is_none(), "a third connection from one peer");
+        let other = counts.try_acquire(b, 2).expect("another peer has its own cap");
+        assert_eq!(counts.peers(), 2);
+        drop(other);
+        assert_eq!(counts.peers(), 1, "a peer with no connection left is forgotten");
+        drop(held);
+        assert_eq!(counts.peers(), 0);
+        assert!(counts.try_acquire(a, 0).is_none(), "a cap of 0 refuses");
+        assert_eq!(counts.peers(), 0, "a refusal leaves no entry behind");
     }
 }

@@ -43,9 +43,12 @@ pub fn approved_discovery(
 }
 
 /// Services annotated `tinycode.dev/discover=vllm` in the instance namespace
-/// and the approved discovery namespaces, as (name, base URL). Listing errors
-/// only shorten the list: discovery feeds warnings, never failures.
-pub async fn vllm_services(ctx: &Context, ns: &str, others: &[String]) -> Vec<(String, String)> {
+/// and the approved discovery namespaces, as (name, base URL), and how many
+/// more were found: tenants can annotate any number of Services, so only the
+/// first [`vllm::MAX_DISCOVERED_PER_INSTANCE`] by namespace/name are returned
+/// (the same ones every reconcile). Listing errors only shorten the list:
+/// discovery feeds warnings, never failures.
+pub async fn vllm_services(ctx: &Context, ns: &str, others: &[String]) -> (Vec<(String, String)>, usize) {
     let mut out = Vec::new();
     for namespace in std::iter::once(ns).chain(others.iter().map(String::as_str)) {
         let services: Vec<Arc<Service>> = if ctx.stores.covers(namespace) {
@@ -66,7 +69,7 @@ pub async fn vllm_services(ctx: &Context, ns: &str, others: &[String]) -> Vec<(S
         };
         out.extend(services.iter().filter_map(|s| vllm_candidate(s)));
     }
-    out
+    vllm::first_discovered(out)
 }
 
 /// (namespace/name, base URL) of a Service annotated for discovery.

@@ -65,6 +65,8 @@ pub struct Observed {
     /// Probes of the configured providers and of discovered Services.
     pub providers: Vec<Report>,
     pub discovered: Vec<Report>,
+    /// Discovered Services found beyond those probed (`vllm::MAX_DISCOVERED_PER_INSTANCE`).
+    pub discovery_skipped: usize,
     /// Without a cluster (`tinycode-operator values`): the namespace gates
     /// are not checked and nothing is approved.
     pub offline: bool,
@@ -154,7 +156,8 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
     let others = discover::approved_discovery(&ns, &inst.spec, &o.discovery_labelled);
     let targets: Vec<(String, String)> =
         inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
-    let candidates = discover::vllm_services(ctx, &ns, &others).await;
+    let (candidates, skipped) = discover::vllm_services(ctx, &ns, &others).await;
+    o.discovery_skipped = skipped;
     (o.providers, o.discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
     Ok(o)
 }

@@ -99,7 +99,8 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance,
     let handled = inst.status.as_ref().and_then(|s| s.last_handled_reconcile_at.clone());
     let requested = request.is_some() && request != handled;
     let (helm, revision) = helm_run(&observed.release, observed.deployment.as_deref(), &values, requested, &request);
-    let mut conditions = vllm::conditions(spec, &observed.providers, &observed.discovered);
+    let mut conditions =
+        vllm::conditions_with_skipped(spec, &observed.providers, &observed.discovered, observed.discovery_skipped);
     conditions.extend(valid.cluster_admin_condition.clone());
     Plan {
         release_name: naming::release_name(ns, name),

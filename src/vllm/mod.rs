@@ -2,7 +2,14 @@
 //! body, SSRF guard), the context-window and tool-calling checks, and the
 //! conditions that report them. A misbehaving server never fails a
 //! reconcile: it becomes a warning.
+//!
+//! Tenants choose the URLs and run the servers, so everything a probe keeps
+//! or reports is bounded (models per provider, id length, warnings per
+//! report, message length, cache content) and so is the work: probes in
+//! flight across all instances ([`MAX_CONCURRENT_PROBES`]), DNS lookups
+//! ([`netguard::DNS_SLOTS`]) and discovered Services per instance.
 
+mod models;
 pub mod netguard;
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +18,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+pub use models::{MAX_MODEL_ID_LEN, MAX_MODELS_PER_PROVIDER, ModelList, parse_models};
 
 use crate::api::TinycodeInstanceSpec;
 use crate::reconcile::conditions::{Desired, VLLM_CONFIG_READY, VLLM_WARNING};
@@ -25,6 +35,33 @@ pub const URL_ANNOTATION: &str = "tinycode.dev/vllm-url";
 pub const MIN_CONTEXT: i64 = 16384;
 /// Most entries the probe cache holds; the oldest goes first when full.
 pub const CACHE_CAPACITY: usize = 1024;
+/// Most bytes the probe cache's content may take (see [`Report::footprint`]);
+/// the oldest entries go first past it.
+///
+/// Without it the cache is still bounded, but loosely: an entry holds a key
+/// and a URL of at most ~2.4 KiB each (URLs over [`MAX_URL_LEN`] are never
+/// probed), at most 64 models × (256-byte id + ~64 bytes of map and String
+/// overhead) ≈ 20 KiB, at most 9 warnings and an error of ≤ 512 bytes each
+/// ≈ 5 KiB: ~30 KiB, × 1024 entries ≈ 30 MiB, half the operator's RSS
+/// target. A usual entry (a few models, short ids) takes under 2 KiB, so
+/// 4 MiB holds 1024 of them; only tenant-inflated entries are evicted early.
+pub const CACHE_MAX_BYTES: usize = 4 << 20;
+/// Longest provider URL probed, in bytes (the CRD's limit for spec.vllm[].url;
+/// a discovery annotation could otherwise carry hundreds of KiB into the cache).
+pub const MAX_URL_LEN: usize = 2048;
+/// Warnings kept per probe report; one more says how many were left out.
+pub const MAX_WARNINGS_PER_REPORT: usize = 8;
+/// Longest single warning or error text taken from a probe, in bytes.
+pub const MAX_WARNING_LEN: usize = 512;
+/// Longest condition message built from probe results, in bytes.
+pub const MAX_CONDITION_MESSAGE_LEN: usize = 4096;
+/// Probes in flight at once across all instances, so thousands of tenant
+/// URLs cannot open thousands of sockets (and read-buffers) at once.
+pub const MAX_CONCURRENT_PROBES: usize = 32;
+/// Discovered Services probed per instance (the first by namespace/name).
+pub const MAX_DISCOVERED_PER_INSTANCE: usize = 16;
+/// A probe that found no free slot within the probe timeout.
+pub const BUSY: &str = "not probed: the operator is busy probing other servers";
 
 pub use crate::settings::ProbeSettings;
 
@@ -77,26 +114,97 @@ fn redact_unparsed(url: &str) -> String {
     }
 }
 
-/// `id` → `max_model_len` from a `/v1/models` body.
-pub fn parse_models(body: &[u8]) -> Result<Served, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("the /v1/models answer is not JSON ({e})"))?;
-    let data = v.get("data").and_then(Value::as_array).ok_or("the /v1/models answer has no data array")?;
-    let mut out = Served::new();
-    for m in data {
-        let Some(id) = m.get("id").and_then(Value::as_str) else { continue };
-        let len = m.get("max_model_len").and_then(Value::as_i64).unwrap_or(config::DEFAULT_CONTEXT_LIMIT * 10 / 8);
-        out.insert(id.to_string(), config::clamp_max_model_len(len));
-    }
-    Ok(out)
-}
-
 /// What probing one server found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     pub name: String,
     pub url: String,
     pub served: Result<Served, String>,
+    /// At most [`MAX_WARNINGS_PER_REPORT`] + 1, each at most [`MAX_WARNING_LEN`] bytes.
     pub warnings: Vec<String>,
+    /// Models the server listed beyond [`MAX_MODELS_PER_PROVIDER`], left out of the config.
+    pub models_not_listed: usize,
+    /// Models left out because their id is longer than [`MAX_MODEL_ID_LEN`].
+    pub long_ids_skipped: usize,
+}
+
+impl Report {
+    /// A report of a server not (yet) probed.
+    pub fn new(name: &str, url: &str) -> Self {
+        Report {
+            name: name.into(),
+            url: url.into(),
+            served: Err(String::new()),
+            warnings: Vec::new(),
+            models_not_listed: 0,
+            long_ids_skipped: 0,
+        }
+    }
+
+    /// Roughly the heap bytes this report holds (for [`CACHE_MAX_BYTES`]):
+    /// string lengths plus a fixed overhead per map entry and string.
+    pub fn footprint(&self) -> usize {
+        const PER_ENTRY: usize = 64;
+        let served = match &self.served {
+            Ok(models) => models.keys().map(|id| id.len() + PER_ENTRY).sum(),
+            Err(e) => e.len(),
+        };
+        std::mem::size_of::<Self>()
+            + self.name.len()
+            + self.url.len()
+            + served
+            + self.warnings.iter().map(|w| w.len() + PER_ENTRY).sum::<usize>()
+    }
+}
+
+/// `text` cut to at most `max` bytes at a char boundary, ending in "…" when cut.
+pub fn bounded(text: &str, max: usize) -> String {
+    const ELLIPSIS: &str = "…";
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub(ELLIPSIS.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ELLIPSIS}", &text[..end])
+}
+
+/// `parts` joined with "; " in at most `max` bytes (`max` ≥ 64): the parts
+/// that do not fit are counted in a closing "... (N more)".
+pub fn join_bounded(parts: &[String], max: usize) -> String {
+    // Room kept for the closing "; ... (N more)" while parts remain.
+    const RESERVE: usize = 32;
+    let mut out = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        let sep = if out.is_empty() { 0 } else { 2 };
+        let reserve = if i + 1 < parts.len() { RESERVE } else { 0 };
+        if out.len() + sep + part.len() + reserve > max {
+            let more = format!("... ({} more)", parts.len() - i);
+            if !out.is_empty() {
+                out.push_str("; ");
+            }
+            out.push_str(&more);
+            return out;
+        }
+        if sep > 0 {
+            out.push_str("; ");
+        }
+        out.push_str(part);
+    }
+    out
+}
+
+/// At most [`MAX_WARNINGS_PER_REPORT`] warnings of at most
+/// [`MAX_WARNING_LEN`] bytes, and one saying how many more there were.
+fn cap_warnings(name: &str, warnings: Vec<String>) -> Vec<String> {
+    let more = warnings.len().saturating_sub(MAX_WARNINGS_PER_REPORT);
+    let mut out: Vec<String> =
+        warnings.iter().take(MAX_WARNINGS_PER_REPORT).map(|w| bounded(w, MAX_WARNING_LEN)).collect();
+    if more > 0 {
+        out.push(bounded(&format!("{name}: {more} more warning(s) not shown"), MAX_WARNING_LEN));
+    }
+    out
 }
 
 /// Warnings for models whose context window is too small.
@@ -120,6 +228,8 @@ pub struct Prober {
     client: reqwest::Client,
     settings: ProbeSettings,
     cache: Mutex<HashMap<String, (Instant, Report)>>,
+    /// [`MAX_CONCURRENT_PROBES`] slots; a probe holds one while it talks to its server.
+    slots: Semaphore,
 }
 
 impl Prober {
@@ -133,10 +243,10 @@ impl Prober {
             .no_proxy()
             // Names are resolved and their addresses checked in one step, so
             // the address checked is the address connected to.
-            .dns_resolver(netguard::GuardedResolver::new(settings.allow_loopback))
+            .dns_resolver(netguard::GuardedResolver::new(settings.allow_loopback, settings.timeout))
             .build()
             .expect("HTTP client");
-        Self { client, settings, cache: Mutex::default() }
+        Self { client, settings, cache: Mutex::default(), slots: Semaphore::new(MAX_CONCURRENT_PROBES) }
     }
 
     /// Probes every (name, url) concurrently.
@@ -145,6 +255,12 @@ impl Prober {
     }
 
     pub async fn probe(&self, name: &str, url: &str) -> Report {
+        if url.len() > MAX_URL_LEN {
+            // Neither cached nor echoed whole: the text is the tenant's.
+            let mut report = Report::new(name, &bounded(url, 256));
+            report.served = Err(format!("the URL is longer than {MAX_URL_LEN} bytes; it is never probed"));
+            return report;
+        }
         let base = config::normalize_vllm_url(url);
         let key = format!("{name}\n{base}");
         if let Some((at, report)) = self.cache.lock().expect("lock").get(&key)
@@ -152,32 +268,52 @@ impl Prober {
         {
             return report.clone();
         }
+        if let Err(e) = ssrf_check(&base, self.settings.allow_loopback) {
+            let mut report = Report::new(name, &base);
+            report.served = Err(bounded(&e, MAX_WARNING_LEN));
+            return report;
+        }
+        // Waiting for a slot counts against the probe timeout only, so a
+        // crowd of slow servers delays other probes by at most that long.
+        let Ok(slot) = tokio::time::timeout(self.settings.timeout, self.slots.acquire()).await else {
+            // Not cached: the next reconcile tries again.
+            let mut report = Report::new(name, &base);
+            report.served = Err(BUSY.to_string());
+            return report;
+        };
         let report = self.probe_uncached(name, &base).await;
+        drop(slot);
         let mut cache = self.cache.lock().expect("lock");
-        cache_insert(&mut cache, key, report.clone(), self.settings.cache_ttl, CACHE_CAPACITY);
+        let (ttl, capacity) = (self.settings.cache_ttl, CACHE_CAPACITY);
+        cache_insert(&mut cache, key, report.clone(), ttl, capacity, CACHE_MAX_BYTES);
         report
     }
 
     async fn probe_uncached(&self, name: &str, base: &str) -> Report {
-        let mut report = Report { name: name.into(), url: base.into(), served: Err(String::new()), warnings: vec![] };
-        if let Err(e) = ssrf_check(base, self.settings.allow_loopback) {
-            report.served = Err(e);
-            return report;
-        }
-        let served = match self.get_bounded(&format!("{base}/models")).await {
+        let mut report = Report::new(name, base);
+        let listed = match self.get_bounded(&format!("{base}/models")).await {
             Ok((status, body)) if status.is_success() => parse_models(&body),
             Ok((status, _)) => Err(format!("GET {base}/models answered {status}")),
             Err(e) => Err(e),
         };
-        if let Ok(models) = &served {
-            report.warnings.extend(context_warnings(name, models));
-            if let Some(model) = models.keys().next()
+        let mut warnings = Vec::new();
+        if let Ok(list) = &listed {
+            // First, so a long list of small-context models cannot push it past the cap.
+            if let Some(model) = list.served.keys().next()
                 && let Some(w) = self.tool_check(name, base, model).await
             {
-                report.warnings.push(w);
+                warnings.push(w);
             }
+            warnings.extend(context_warnings(name, &list.served));
         }
-        report.served = served;
+        report.warnings = cap_warnings(name, warnings);
+        report.served = match listed {
+            Ok(list) => {
+                (report.models_not_listed, report.long_ids_skipped) = (list.not_listed, list.long_ids);
+                Ok(list.served)
+            }
+            Err(e) => Err(bounded(&e, MAX_WARNING_LEN)),
+        };
         report
     }
 
@@ -210,19 +346,26 @@ impl Prober {
 }
 
 /// Stores a probe result: drops expired entries, then the oldest ones while
-/// the cache is full, so tenants cannot grow it without bound.
+/// the cache holds `capacity` entries or the new one would take its content
+/// past `max_bytes`, so tenants cannot grow it without bound.
 fn cache_insert(
     cache: &mut HashMap<String, (Instant, Report)>,
     key: String,
     report: Report,
     ttl: Duration,
     capacity: usize,
+    max_bytes: usize,
 ) {
+    let size = |k: &String, r: &Report| k.len() + r.footprint();
     cache.retain(|_, (at, _)| at.elapsed() < ttl);
     cache.remove(&key);
-    while cache.len() >= capacity.max(1) {
+    let mut bytes: usize = cache.iter().map(|(k, (_, r))| size(k, r)).sum();
+    let new = size(&key, &report);
+    while cache.len() >= capacity.max(1) || (!cache.is_empty() && bytes + new > max_bytes) {
         let Some(oldest) = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone()) else { break };
-        cache.remove(&oldest);
+        if let Some((_, r)) = cache.remove(&oldest) {
+            bytes -= size(&oldest, &r);
+        }
     }
     cache.insert(key, (Instant::now(), report));
 }
@@ -243,6 +386,8 @@ async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>
 fn describe(url: &str, e: &reqwest::Error) -> String {
     if let Some(refused) = netguard::find_refusal(e) {
         format!("GET {url}: {refused}")
+    } else if let Some(failed) = netguard::find_lookup_failure(e) {
+        format!("GET {url}: {failed}")
     } else if e.is_timeout() {
         format!("GET {url} timed out")
     } else if e.is_connect() {
@@ -250,6 +395,17 @@ fn describe(url: &str, e: &reqwest::Error) -> String {
     } else {
         format!("GET {url}: {e}")
     }
+}
+
+/// The first [`MAX_DISCOVERED_PER_INSTANCE`] discovery candidates (name,
+/// URL) by namespace/name, so every reconcile probes the same ones, and how
+/// many were left out.
+pub fn first_discovered(mut candidates: Vec<(String, String)>) -> (Vec<(String, String)>, usize) {
+    candidates.sort();
+    candidates.dedup_by(|a, b| a.0 == b.0);
+    let skipped = candidates.len().saturating_sub(MAX_DISCOVERED_PER_INSTANCE);
+    candidates.truncate(MAX_DISCOVERED_PER_INSTANCE);
+    (candidates, skipped)
 }
 
 /// Probe results of the spec's providers, by name, for [`config::generate`].
@@ -260,8 +416,27 @@ pub fn served_by_name(reports: &[Report]) -> BTreeMap<String, Served> {
 /// VllmConfigReady (only with spec.vllm) and VllmWarning for the reports of
 /// the spec's providers and of discovered Services.
 pub fn conditions(spec: &TinycodeInstanceSpec, providers: &[Report], discovered: &[Report]) -> Vec<Desired> {
+    conditions_with_skipped(spec, providers, discovered, 0)
+}
+
+/// [`conditions`], also warning that `discovery_skipped` discovered Services
+/// were not probed (beyond [`MAX_DISCOVERED_PER_INSTANCE`]). Every part of a
+/// message is cut to [`MAX_WARNING_LEN`] bytes and each message to
+/// [`MAX_CONDITION_MESSAGE_LEN`]: the texts come from tenants' servers.
+pub fn conditions_with_skipped(
+    spec: &TinycodeInstanceSpec,
+    providers: &[Report],
+    discovered: &[Report],
+    discovery_skipped: usize,
+) -> Vec<Desired> {
     let mut out = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
+    if discovery_skipped > 0 {
+        warnings.push(format!(
+            "{discovery_skipped} more discovered Service(s) not probed (the operator probes at most \
+             {MAX_DISCOVERED_PER_INSTANCE} per instance, the first by namespace/name)"
+        ));
+    }
     if let Some(list) = spec.vllm.as_ref().filter(|l| !l.is_empty()) {
         let mut missing = Vec::new();
         for p in list {
@@ -270,10 +445,11 @@ pub fn conditions(spec: &TinycodeInstanceSpec, providers: &[Report], discovered:
             match report.map(|r| &r.served) {
                 Some(Ok(s)) if !s.is_empty() || has_user_models => {}
                 Some(Ok(_)) => missing.push(format!("{} serves no models", p.name)),
-                Some(Err(e)) if has_user_models => {
-                    warnings.push(format!("{}: not probed ({e}); using the limits in spec.vllm", p.name))
-                }
-                Some(Err(e)) => missing.push(format!("{} ({e})", p.name)),
+                Some(Err(e)) if has_user_models => warnings.push(bounded(
+                    &format!("{}: not probed ({e}); using the limits in spec.vllm", p.name),
+                    MAX_WARNING_LEN,
+                )),
+                Some(Err(e)) => missing.push(bounded(&format!("{} ({e})", p.name), MAX_WARNING_LEN)),
                 None => missing.push(format!("{} was not probed", p.name)),
             }
         }
@@ -286,24 +462,38 @@ pub fn conditions(spec: &TinycodeInstanceSpec, providers: &[Report], discovered:
                 "ProvidersUnavailable",
                 format!(
                     "left out of the config: {}; check the URL and that the server answers GET /v1/models, or list its models with limits in spec.vllm[].models",
-                    missing.join("; ")
+                    // Room for the fixed text around the list.
+                    join_bounded(&missing, MAX_CONDITION_MESSAGE_LEN - 160)
                 ),
             )
         });
     }
     for r in providers.iter().chain(discovered) {
-        warnings.extend(r.warnings.iter().cloned());
+        if r.models_not_listed > 0 {
+            warnings.push(format!(
+                "{}: {} more models not listed (the operator keeps at most {MAX_MODELS_PER_PROVIDER} per provider)",
+                r.name, r.models_not_listed
+            ));
+        }
+        if r.long_ids_skipped > 0 {
+            warnings.push(format!(
+                "{}: {} models left out: their ids are longer than {MAX_MODEL_ID_LEN} bytes",
+                r.name, r.long_ids_skipped
+            ));
+        }
+        warnings.extend(r.warnings.iter().take(MAX_WARNINGS_PER_REPORT + 1).cloned());
     }
     for r in discovered {
         if let Err(e) = &r.served {
             warnings.push(format!("discovered Service {}: {e}", r.name));
         }
     }
-    if !out.is_empty() || !discovered.is_empty() {
+    if !out.is_empty() || !discovered.is_empty() || discovery_skipped > 0 {
         out.push(if warnings.is_empty() {
             Desired::new(VLLM_WARNING, false, "NoWarnings", "the vLLM servers look well configured")
         } else {
-            Desired::new(VLLM_WARNING, true, "ServerMisconfigured", warnings.join("; "))
+            let warnings: Vec<String> = warnings.iter().map(|w| bounded(w, MAX_WARNING_LEN)).collect();
+            Desired::new(VLLM_WARNING, true, "ServerMisconfigured", join_bounded(&warnings, MAX_CONDITION_MESSAGE_LEN))
         });
     }
     out

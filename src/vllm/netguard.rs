@@ -11,12 +11,19 @@
 //! rebinding). So the guard classifies the *address actually dialled*:
 //!
 //! * [`check_ip`] classifies one address, unwrapping IPv4-mapped,
-//!   IPv4-compatible and NAT64 forms to the IPv4 address they carry;
+//!   IPv4-compatible, NAT64, 6to4 and Teredo forms to the IPv4 addresses
+//!   they carry;
 //! * [`check_host_name`] refuses names that mean "this node" or "the
 //!   metadata service" before any lookup;
 //! * [`GuardedResolver`] is the HTTP client's DNS resolver: it resolves a
 //!   name once and hands the client only addresses that passed
 //!   [`check_ip`], so the address checked is the address connected to.
+//!   Tenants also run the DNS names' servers, in effect, so lookups are
+//!   bounded: at most [`DNS_SLOTS`] at once, each (wait included) within the
+//!   probe timeout, through an async resolver whose lookups stop when their
+//!   future is dropped. (`tokio::net::lookup_host` runs getaddrinfo on the
+//!   blocking pool, where a lookup that hangs keeps its thread after any
+//!   timeout: enough of them would fill the pool.)
 //!
 //! Private ranges (10/8, 172.16/12, 192.168/16, fc00::/7) stay allowed:
 //! in-cluster model servers live there. `allow_loopback` exists for tests
@@ -25,8 +32,17 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
+use hickory_resolver::config::{ResolveHosts, ResolverConfig};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::{ResolverBuilder, TokioResolver};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use tokio::sync::Semaphore;
+
+/// DNS lookups in flight at once, across all probes.
+pub const DNS_SLOTS: usize = 16;
 
 /// Why an address or host name is never dialled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,20 +121,25 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Refusal> {
     }
 }
 
-/// The IPv4 address an IPv6 address carries in its last 32 bits, when it is
-/// IPv4-mapped (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d),
-/// IPv4-compatible (::a.b.c.d) or in a NAT64 prefix (the well-known
-/// 64:ff9b::/96 and the local-use 64:ff9b:1::/96).
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+/// The IPv4 addresses an IPv6 address carries, when it is IPv4-mapped
+/// (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d), IPv4-compatible
+/// (::a.b.c.d) or in a NAT64 prefix (the well-known 64:ff9b::/96 and the
+/// local-use 64:ff9b:1::/96): the last 32 bits; 6to4 (2002::/16): bits
+/// 16..48; Teredo (2001::/32): the server in bits 32..64 and the client in
+/// the last 32 bits, inverted. Relays and tunnels deliver to the embedded
+/// address, so each must pass like a plain IPv4 address.
+fn embedded_v4(ip: Ipv6Addr) -> [Option<Ipv4Addr>; 2] {
     let s = ip.segments();
-    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-    match s[..6] {
-        [0, 0, 0, 0, 0, 0xffff]
-        | [0, 0, 0, 0, 0xffff, 0]
-        | [0, 0, 0, 0, 0, 0]
-        | [0x64, 0xff9b, 0, 0, 0, 0]
-        | [0x64, 0xff9b, 1, 0, 0, 0] => Some(tail),
-        _ => None,
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, ..]
+        | [0, 0, 0, 0, 0xffff, 0, ..]
+        | [0, 0, 0, 0, 0, 0, ..]
+        | [0x64, 0xff9b, 0, 0, 0, 0, ..]
+        | [0x64, 0xff9b, 1, 0, 0, 0, ..] => [Some(v4(s[6], s[7])), None],
+        [0x2002, ..] => [Some(v4(s[1], s[2])), None],
+        [0x2001, 0, ..] => [Some(v4(s[2], s[3])), Some(v4(!s[6], !s[7]))],
+        _ => [None, None],
     }
 }
 
@@ -130,8 +151,8 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Refusal> {
         Some(Refusal::Loopback)
     } else if ip == Ipv6Addr::UNSPECIFIED {
         Some(Refusal::Unspecified)
-    } else if let Some(v4) = embedded_v4(ip) {
-        classify_v4(v4)
+    } else if let [Some(first), second] = embedded_v4(ip) {
+        classify_v4(first).or_else(|| second.and_then(classify_v4))
     } else if (ip.segments()[0] & 0xffc0) == 0xfe80 {
         Some(Refusal::LinkLocal)
     } else if ip.is_multicast() {
@@ -169,18 +190,75 @@ pub fn check_host_name(host: &str, allow_loopback: bool) -> Result<(), Refusal> 
     Ok(())
 }
 
-/// The HTTP client's DNS resolver: looks names up with the system resolver
-/// (through tokio) and fails the lookup when the name or *any* of its
-/// addresses is refused, so a mixed answer cannot smuggle a bad address in
-/// and the checked addresses are the ones the client connects to.
-#[derive(Debug, Clone, Copy, Default)]
+/// A lookup that did not give an answer in time, or no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupFailed {
+    pub host: String,
+    pub reason: String,
+}
+
+impl fmt::Display for LookupFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "looking up {} failed: {}", self.host, self.reason)
+    }
+}
+
+impl std::error::Error for LookupFailed {}
+
+/// The HTTP client's DNS resolver: looks names up (with /etc/resolv.conf and
+/// /etc/hosts, like the system resolver) and fails the lookup when the name
+/// or *any* of its addresses is refused, so a mixed answer cannot smuggle a
+/// bad address in and the checked addresses are the ones the client
+/// connects to. Clones share the resolver, its cache and its slots.
+#[derive(Clone)]
 pub struct GuardedResolver {
     pub allow_loopback: bool,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    resolver: TokioResolver,
+    /// Lookups in flight; a lookup holds its slot until it ends or is dropped.
+    slots: Semaphore,
+    /// Bound on one lookup, the wait for a slot included.
+    timeout: Duration,
+}
+
+impl fmt::Debug for GuardedResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedResolver")
+            .field("allow_loopback", &self.allow_loopback)
+            .field("timeout", &self.inner.timeout)
+            .field("free_slots", &self.inner.slots.available_permits())
+            .finish()
+    }
 }
 
 impl GuardedResolver {
-    pub fn new(allow_loopback: bool) -> Self {
-        Self { allow_loopback }
+    /// A resolver configured like the system's (/etc/resolv.conf), each
+    /// lookup bounded by `timeout`.
+    pub fn new(allow_loopback: bool, timeout: Duration) -> Self {
+        let builder = TokioResolver::builder_tokio().unwrap_or_else(|e| {
+            // No name server: IP literals and /etc/hosts still resolve.
+            tracing::warn!(error = %e, "cannot read the system DNS configuration; host names will not resolve");
+            TokioResolver::builder_with_config(ResolverConfig::new(), TokioConnectionProvider::default())
+        });
+        Self::build(allow_loopback, timeout, DNS_SLOTS, builder)
+    }
+
+    fn build(
+        allow_loopback: bool,
+        timeout: Duration,
+        slots: usize,
+        mut builder: ResolverBuilder<TokioConnectionProvider>,
+    ) -> Self {
+        let options = builder.options_mut();
+        // The resolver's own per-query timeout bounds the work a dropped
+        // lookup leaves behind (a query already sent waits for its answer).
+        options.timeout = timeout;
+        options.use_hosts_file = ResolveHosts::Always;
+        let resolver = builder.build();
+        Self { allow_loopback, inner: Arc::new(Inner { resolver, slots: Semaphore::new(slots), timeout }) }
     }
 
     /// Looks `host` up and checks the name and every address.
@@ -191,21 +269,43 @@ impl GuardedResolver {
 
     /// Looks `host` up and checks every address (not the name).
     async fn lookup_addresses(&self, host: &str) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
-        if addrs.is_empty() {
+        // An IP literal is its own answer; the resolver would search for it
+        // as a name first when resolv.conf sets ndots above 4 (Kubernetes: 5).
+        let ips = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => self.resolve_name(host).await?,
+        };
+        if ips.is_empty() {
             return Err(format!("{host} resolves to no address").into());
         }
-        for addr in &addrs {
-            check_ip(addr.ip(), self.allow_loopback)
-                .map_err(|reason| Refused { target: format!("{host} (resolves to {})", addr.ip()), reason })?;
+        for ip in &ips {
+            check_ip(*ip, self.allow_loopback)
+                .map_err(|reason| Refused { target: format!("{host} (resolves to {ip})"), reason })?;
         }
-        Ok(addrs)
+        Ok(ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect())
+    }
+
+    /// The addresses of `host`, within a slot and the timeout.
+    async fn resolve_name(&self, host: &str) -> Result<Vec<IpAddr>, LookupFailed> {
+        let inner = &self.inner;
+        let failed = |reason: String| LookupFailed { host: host.to_string(), reason };
+        let deadline = tokio::time::Instant::now() + inner.timeout;
+        let Ok(slot) = tokio::time::timeout_at(deadline, inner.slots.acquire()).await else {
+            return Err(failed("DNS busy: too many lookups in flight".into()));
+        };
+        let answer = tokio::time::timeout_at(deadline, inner.resolver.lookup_ip(host)).await;
+        drop(slot);
+        match answer {
+            Err(_) => Err(failed(format!("no answer within {:?}", inner.timeout))),
+            Ok(Err(e)) => Err(failed(e.to_string())),
+            Ok(Ok(lookup)) => Ok(lookup.iter().collect()),
+        }
     }
 }
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let resolver = *self;
+        let resolver = self.clone();
         Box::pin(async move {
             let addrs = resolver.lookup(name.as_str()).await?;
             Ok(Box::new(addrs.into_iter()) as Addrs)
@@ -215,10 +315,19 @@ impl Resolve for GuardedResolver {
 
 /// The [`Refused`] error somewhere in an error's source chain, if any.
 pub fn find_refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
+    find_in_chain(err)
+}
+
+/// The [`LookupFailed`] error somewhere in an error's source chain, if any.
+pub fn find_lookup_failure<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a LookupFailed> {
+    find_in_chain(err)
+}
+
+fn find_in_chain<'a, T: std::error::Error + 'static>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a T> {
     let mut current = Some(err);
     while let Some(e) = current {
-        if let Some(r) = e.downcast_ref::<Refused>() {
-            return Some(r);
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
         }
         current = e.source();
     }
@@ -232,6 +341,9 @@ mod tests {
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
+
+    /// Generous bound for lookups that must succeed on a busy machine.
+    const PATIENCE: Duration = Duration::from_secs(5);
 
     #[test]
     fn refused_addresses_in_every_spelling() {
@@ -263,6 +375,18 @@ mod tests {
             ("::ffff:a9fe:a9fe", Refusal::Metadata),
             ("64:ff9b::a9fe:a9fe", Refusal::Metadata),
             ("::169.254.169.254", Refusal::Metadata),
+            // 6to4: the IPv4 address is bits 16..48.
+            ("2002:7f00:0001::", Refusal::Loopback),
+            ("2002:7f00:1:abcd::5", Refusal::Loopback),
+            ("2002:a9fe:a9fe::1", Refusal::Metadata),
+            ("2002:a9fe:101::", Refusal::LinkLocal),
+            ("2002::", Refusal::Unspecified),
+            // Teredo, server 65.54.227.120, client (inverted) 127.0.0.1 / 169.254.169.254.
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", Refusal::Loopback),
+            ("2001:0:4136:e378:8000:63bf:5601:5601", Refusal::Metadata),
+            // Teredo, server 127.0.0.1 / 169.254.169.254, client (inverted) 8.8.8.8.
+            ("2001:0:7f00:1::f7f7:f7f7", Refusal::Loopback),
+            ("2001:0:a9fe:a9fe:0:0:f7f7:f7f7", Refusal::Metadata),
             ("224.0.0.1", Refusal::NotUnicast),
             ("255.255.255.255", Refusal::NotUnicast),
             ("ff02::1", Refusal::NotUnicast),
@@ -285,6 +409,13 @@ mod tests {
             "2001:db8::1",
             "::ffff:10.0.0.5",
             "64:ff9b::a00:5",
+            "2606:4700:4700::1111",
+            "2a00:1450:4001:80b::200e",
+            // 2001:db8::/32 is not Teredo (that is 2001:0::/32).
+            "2001:db8:7f00:1::",
+            // 6to4 and Teredo around public IPv4 addresses (8.8.8.8; 65.54.227.120 and 1.2.3.4).
+            "2002:808:808::1",
+            "2001:0:4136:e378:8000:63bf:fefd:fcfb",
         ] {
             assert_eq!(check_ip(ip(addr), false), Ok(()), "{addr}");
         }
@@ -292,7 +423,9 @@ mod tests {
 
     #[test]
     fn loopback_exception_opens_loopback_only() {
-        for addr in ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b::7f00:1"] {
+        for addr in
+            ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::"]
+        {
             assert_eq!(check_ip(ip(addr), true), Ok(()), "{addr}");
         }
         for addr in ["169.254.169.254", "0.0.0.0", "::", "fe80::1", "169.254.1.1", "fd00:ec2::254", "::ffff:0.0.0.0"] {
@@ -326,7 +459,7 @@ mod tests {
     async fn resolver_refuses_a_name_resolving_to_loopback() {
         // `localhost` resolves from /etc/hosts: no network traffic.
         let name: Name = "localhost".parse().unwrap();
-        let err = match GuardedResolver::new(false).resolve(name).await {
+        let err = match GuardedResolver::new(false, PATIENCE).resolve(name).await {
             Ok(_) => panic!("localhost must be refused"),
             Err(e) => e,
         };
@@ -335,14 +468,123 @@ mod tests {
         assert!(err.to_string().contains("loopback"), "{err}");
 
         let name: Name = "localhost".parse().unwrap();
-        let addrs: Vec<SocketAddr> = GuardedResolver::new(true).resolve(name).await.expect("allowed").collect();
+        let addrs: Vec<SocketAddr> =
+            GuardedResolver::new(true, PATIENCE).resolve(name).await.expect("allowed").collect();
         assert!(!addrs.is_empty());
         assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
 
         // The address check on its own, past the name list.
-        let err = GuardedResolver::new(false).lookup_addresses("localhost").await.expect_err("loopback address");
+        let err =
+            GuardedResolver::new(false, PATIENCE).lookup_addresses("localhost").await.expect_err("loopback address");
         let refused = find_refusal(err.as_ref()).expect("a Refused error");
         assert_eq!(refused.reason, Refusal::Loopback);
         assert!(refused.target.starts_with("localhost (resolves to "), "{}", refused.target);
+    }
+
+    /// A DNS server on loopback that reads queries and never answers, with
+    /// the names asked so far (each once).
+    async fn silent_dns() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1500];
+            while let Ok(n) = socket.recv(&mut buf).await {
+                let name = query_name(&buf[..n]);
+                let mut seen = seen.lock().unwrap();
+                if !seen.contains(&name) {
+                    seen.push(name);
+                }
+            }
+        });
+        (addr, asked)
+    }
+
+    /// The question name of a DNS query (labels after the 12-byte header).
+    fn query_name(packet: &[u8]) -> String {
+        let mut labels = Vec::new();
+        let mut at = 12;
+        while let Some(&len) = packet.get(at).filter(|l| **l > 0) {
+            let label = packet.get(at + 1..at + 1 + usize::from(len)).unwrap_or_default();
+            labels.push(String::from_utf8_lossy(label).into_owned());
+            at += 1 + usize::from(len);
+        }
+        labels.join(".")
+    }
+
+    /// A resolver asking only `server`, with `slots` lookup slots.
+    fn resolver_via(server: SocketAddr, slots: usize, timeout: Duration) -> GuardedResolver {
+        use hickory_resolver::config::NameServerConfigGroup;
+        let servers = NameServerConfigGroup::from_ips_clear(&[server.ip()], server.port(), true);
+        let config = ResolverConfig::from_parts(None, vec![], servers);
+        let builder = TokioResolver::builder_with_config(config, TokioConnectionProvider::default());
+        GuardedResolver::build(true, timeout, slots, builder)
+    }
+
+    fn failure<'a>(err: &'a (dyn std::error::Error + 'static)) -> &'a LookupFailed {
+        find_lookup_failure(err).unwrap_or_else(|| panic!("not a lookup failure: {err}"))
+    }
+
+    #[tokio::test]
+    async fn a_lookup_without_an_answer_times_out_and_frees_its_slot() {
+        let (server, asked) = silent_dns().await;
+        let resolver = resolver_via(server, 1, Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let err = resolver.lookup("models.never-answers.test").await.expect_err("no answer");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(250) && took < PATIENCE, "took {took:?}");
+        assert!(failure(err.as_ref()).reason.contains("no answer within"), "{err}");
+        assert_eq!(resolver.inner.slots.available_permits(), 1, "the slot is given back");
+        assert!(
+            asked.lock().unwrap().iter().any(|n| n.starts_with("models.never-answers.test")),
+            "the server was asked"
+        );
+
+        // The one slot is free: IP literals and /etc/hosts names still resolve.
+        let addrs = resolver.lookup("127.0.0.1").await.expect("an IP literal");
+        assert_eq!(addrs, [SocketAddr::new(ip("127.0.0.1"), 0)]);
+        let addrs = resolver.lookup("localhost").await.expect("localhost");
+        assert!(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
+        // A name needing the server gets the slot again (and times out, not "busy").
+        let err = resolver.lookup("again.never-answers.test").await.expect_err("no answer");
+        assert!(failure(err.as_ref()).reason.contains("no answer within"), "{err}");
+
+        // A lookup whose caller gives up (the HTTP client's timeout) frees its slot too.
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(50), resolver.lookup("dropped.never-answers.test")).await;
+        assert!(gave_up.is_err(), "the lookup cannot have finished");
+        assert_eq!(resolver.inner.slots.available_permits(), 1, "a dropped lookup gives its slot back");
+    }
+
+    #[tokio::test]
+    async fn lookups_beyond_the_slots_wait_and_then_report_busy() {
+        let (server, asked) = silent_dns().await;
+        let timeout = Duration::from_millis(600);
+        let resolver = resolver_via(server, 2, timeout);
+        // Three lookups at once: two take the slots, the third waits.
+        let watch = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            (resolver.inner.slots.available_permits(), asked.lock().unwrap().clone())
+        };
+        let names = ["one.never-answers.test", "two.never-answers.test", "three.never-answers.test"];
+        let (results, (free, asked_then)) =
+            tokio::join!(futures::future::join_all(names.iter().map(|n| resolver.lookup(n))), watch);
+        assert_eq!(free, 0);
+        assert_eq!(asked_then.len(), 2, "only two lookups reached the server: {asked_then:?}");
+        assert!(!asked_then.iter().any(|n| n.starts_with("three.")), "{asked_then:?}");
+        for r in results {
+            let err = r.expect_err("no answer");
+            failure(err.as_ref());
+        }
+        assert_eq!(resolver.inner.slots.available_permits(), 2);
+
+        // With every slot held, a lookup waits out the timeout and is refused as busy, unasked.
+        let held = resolver.inner.slots.acquire_many(2).await.unwrap();
+        let before = asked.lock().unwrap().len();
+        let err = resolver.lookup("four.never-answers.test").await.expect_err("busy");
+        assert!(failure(err.as_ref()).reason.contains("DNS busy"), "{err}");
+        assert_eq!(asked.lock().unwrap().len(), before, "a lookup without a slot sends nothing");
+        drop(held);
     }
 }
