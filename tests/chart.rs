@@ -658,3 +658,33 @@ fn kubernetes_network_policy_admits_the_ingress_controller_namespace() {
         json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "traefik"}}}, {"podSelector": {}}])
     );
 }
+
+/// Egress: the cluster's pods and every address but link-local, the cloud
+/// metadata services and what the cluster-admin closes besides.
+#[test]
+fn egress_closes_link_local_metadata_and_the_admins_cidrs() {
+    let settings =
+        Settings { egress_deny_cidrs: vec!["10.20.0.0/16".into(), "fd12::/16".into()], ..Settings::default() };
+    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({})).unwrap();
+    let v = values::build(
+        &InstanceRef { name: "dev", namespace: "team", uid: "u" },
+        &spec,
+        &settings,
+        &Approved::default(),
+        None,
+    );
+    let (_, docs) = render_values(v);
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    let to = &np["spec"]["egress"][0]["to"];
+    assert_eq!(to[0], json!({"namespaceSelector": {}}), "the cluster's pods (DNS, model servers) stay reachable");
+    assert_eq!(
+        to[1],
+        json!({"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16", "100.100.100.200/32", "168.63.129.16/32", "10.20.0.0/16"]}})
+    );
+    assert_eq!(
+        to[2],
+        json!({"ipBlock": {"cidr": "::/0", "except": ["fe80::/10", "fd00:ec2::254/128", "fd20:ce::254/128", "fd12::/16"]}})
+    );
+    assert_eq!(np["spec"]["egress"].as_array().unwrap().len(), 1, "no other egress rule opens more");
+}

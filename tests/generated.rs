@@ -48,7 +48,7 @@ fn samples_pass_the_operator_validation() {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let out = Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
-            .args(["values", "--offline", "-f"])
+            .args(["values", "--offline", "--hostpath-allowed-prefixes", "/home/developer", "-f"])
             .arg(&path)
             .output()
             .unwrap();

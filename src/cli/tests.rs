@@ -141,3 +141,30 @@ fn concurrency_defaults_to_four_per_core() {
     assert_eq!(parse(&["run"]).run.concurrency() as usize, (cores * 4).clamp(2, 16));
     assert_eq!(parse(&["run", "--concurrency", "1"]).run.concurrency(), 1, "a given value wins");
 }
+
+#[test]
+fn tenant_guards_are_on_by_default_and_their_flags_are_checked() {
+    let s = parse(&["run"]).settings.to_settings().unwrap();
+    assert!(s.require_prepared_label, "preparation needs the cluster-admin's label by default");
+    assert!(s.hostpath_allowed_prefixes.is_empty() && s.egress_deny_cidrs.is_empty());
+    let s = parse(&[
+        "run",
+        "--require-prepared-label",
+        "false",
+        "--hostpath-allowed-prefixes",
+        "/srv/,/home//dev",
+        "--egress-deny-cidrs",
+        "10.20.0.0/16,fd12::/16",
+    ])
+    .settings
+    .to_settings()
+    .unwrap();
+    assert!(!s.require_prepared_label);
+    assert_eq!(s.hostpath_allowed_prefixes, vec!["/srv", "/home/dev"], "normalised");
+    assert_eq!(s.egress_deny_cidrs, vec!["10.20.0.0/16", "fd12::/16"]);
+    for bad in [&["--hostpath-allowed-prefixes", "/srv/../etc"][..], &["--egress-deny-cidrs", "10.20.0.1/16"]] {
+        let args: Vec<&str> = std::iter::once("run").chain(bad.iter().copied()).collect();
+        let e = parse(&args).settings.to_settings().unwrap_err();
+        assert!(e.contains(bad[0]), "{e}");
+    }
+}

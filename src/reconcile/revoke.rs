@@ -165,8 +165,14 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
         .filter(|n| *n != ns)
         .collect();
     discovery_bindings.sort();
-    let copy =
-        Api::<Secret>::namespaced(ctx.client.clone(), &ns).get_metadata_opt(&naming::kubeconfig_copy(&name)).await?;
+    // Where the operator may not read, it may not delete either.
+    let copy = match Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+        .get_metadata_opt(&naming::kubeconfig_copy(&name))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => None,
+        other => other?,
+    };
     let kubeconfig_copy = match copy {
         None => None,
         Some(_) => Some(kubeconfig_still_shared(ctx, inst, &ns).await?),

@@ -32,6 +32,8 @@ pub struct Config {
 struct Shared {
     config: Config,
     requests: AtomicUsize,
+    /// The /v1/models answer, built once (a list of thousands stays cheap to serve).
+    models_body: String,
 }
 
 pub struct StandIn {
@@ -60,13 +62,7 @@ async fn models(State(s): State<Arc<Shared>>) -> axum::response::Response {
             (StatusCode::OK, "{\"data\":[]}").into_response()
         }
         Behaviour::Ok => {
-            let data: Vec<serde_json::Value> = s
-                .config
-                .models
-                .iter()
-                .map(|(id, len)| serde_json::json!({"id": id, "object": "model", "max_model_len": len}))
-                .collect();
-            axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+            ([(axum::http::header::CONTENT_TYPE, "application/json")], s.models_body.clone()).into_response()
         }
     }
 }
@@ -83,7 +79,13 @@ async fn chat(State(s): State<Arc<Shared>>) -> axum::response::Response {
 
 /// Starts a stand-in on 127.0.0.1 (random port) for the life of the runtime.
 pub async fn start(config: Config) -> StandIn {
-    let shared = Arc::new(Shared { config, requests: AtomicUsize::new(0) });
+    let data: Vec<serde_json::Value> = config
+        .models
+        .iter()
+        .map(|(id, len)| serde_json::json!({"id": id, "object": "model", "max_model_len": len}))
+        .collect();
+    let models_body = serde_json::json!({"object": "list", "data": data}).to_string();
+    let shared = Arc::new(Shared { config, requests: AtomicUsize::new(0), models_body });
     let app = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))

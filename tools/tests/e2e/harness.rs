@@ -260,6 +260,8 @@ impl Env {
             .env("TINYCODE_LEASE_DURATION_SECONDS", "6")
             // vLLM stand-ins run on loopback in these tests; production keeps this off.
             .env("TINYCODE_VLLM_ALLOW_LOOPBACK", "true")
+            // The host directories the samples and scenarios use.
+            .env("TINYCODE_HOSTPATH_ALLOWED_PREFIXES", "/srv,/home/developer")
             .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
             .env("TINYCODE_METRICS_ADDR", format!("127.0.0.1:{}", ports.1))
             .env("POD_NAME", identity)
@@ -322,6 +324,21 @@ impl Env {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The main operator's resident memory now and at its peak (VmRSS,
+    /// VmHWM), in MiB, read from the process itself.
+    pub fn operator_rss_mib(&self) -> Result<(u64, u64), String> {
+        let pid = self.operator.as_ref().ok_or("no operator running")?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ctx("read the operator's status")?;
+        let kib = |field: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .ok_or(format!("no {field} in /proc/{pid}/status"))
+        };
+        Ok((kib("VmRSS:")? / 1024, kib("VmHWM:")? / 1024))
     }
 
     pub fn start_operator(&mut self) -> TestResult {

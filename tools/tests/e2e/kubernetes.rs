@@ -160,7 +160,9 @@ pub async fn k8s_hostpath_needs_both_labels(env: &mut Env) -> TestResult {
     let ns = env.ns("k8s-hostpath");
     env.prepare_with_script(&ns)?;
     let api: Api<TinycodeInstance> = Api::namespaced(c.clone(), &ns);
-    apply_instance(&c, &ns, "dev", json!({"storage": {"hostPath": {"path": "/srv/code"}}})).await.ctx("apply")?;
+    apply_instance(&c, &ns, "dev", json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": true}}}))
+        .await
+        .ctx("apply")?;
     let failed = |reason: &'static str| {
         let api = api.clone();
         async move {

@@ -4,6 +4,7 @@
 //! `cargo test --test e2e -- [FILTER]`).
 
 mod harness;
+mod hostile;
 mod kubernetes;
 mod lifecycle;
 mod requests;
@@ -17,6 +18,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use harness::*;
+use hostile::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -75,6 +77,10 @@ fn main() {
         tenant_urls_cannot_reach_the_operator_host,
         tenant_instances_are_closed_by_default,
         tenant_deletion_completes_without_the_operators_rights,
+        tenant_binding_the_operator_prepares_nothing,
+        tenant_cannot_keep_grants_by_suspending_or_breaking_the_spec,
+        tenant_input_cannot_exhaust_the_operator,
+        another_namespaces_admin_cannot_hold_an_instance_hostage,
         legacy_release_moves_to_the_operator_namespace,
         operator_upgrade_rerenders_untouched_instances,
         rendered_objects_come_back_when_deleted,
@@ -635,14 +641,32 @@ async fn privileged_tier_needs_namespace_approval(env: &mut Env) -> TestResult {
         message.contains(&format!("oc label namespace {ns} tinycode.dev/allow-hostpath=true")),
         format!("message: {message}"),
     )?;
-    Api::<Namespace>::all(c.clone())
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"tinycode.dev/allow-hostpath": "true"}}})),
-        )
-        .await
-        .ctx("approve")?;
+    let approve = |value: &'static str| {
+        let c = c.clone();
+        let ns = ns.clone();
+        async move {
+            Api::<Namespace>::all(c)
+                .patch(
+                    &ns,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"tinycode.dev/allow-hostpath": value}}})),
+                )
+                .await
+                .map(drop)
+                .ctx("approve")
+        }
+    };
+    // Approved for read-only host directories: a writable one is still refused.
+    approve("true").await?;
+    let m = wait_for("refused for writes", WAIT, || async {
+        let Some(i) = get_instance(&c, &ns, "dev").await? else { return Ok(None) };
+        let (_, reason, message) = ready(&i);
+        Ok((reason == "SccNotApproved" && message.contains("readOnly")).then_some(message))
+    })
+    .await?;
+    ensure(m.contains(&format!("oc label namespace {ns} tinycode.dev/allow-hostpath=readwrite --overwrite")), m)?;
+    ensure(env.release(&naming::release_name(&ns, "dev"))?.is_none(), "installed without the write approval")?;
+    approve("readwrite").await?;
     let release = naming::release_name(&ns, "dev");
     wait_for("release deployed after approval", WAIT, || async {
         Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
@@ -1128,7 +1152,7 @@ async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
     let ns = env.ns("samples");
     prepare(&c, &ns).await?;
     Api::<Namespace>::all(c.clone())
-        .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"tinycode.dev/allow-hostpath": "true", "tinycode.dev/allow-shell": "true"}}})))
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"tinycode.dev/allow-hostpath": "readwrite", "tinycode.dev/allow-shell": "true"}}})))
         .await
         .ctx("approve tiers")?;
     put_secret(&c, &ns, "tinycode-kubeconfig", json!({"kubeconfig": kubeconfig(1, "eyJhbGciOi.payload.signature")}))

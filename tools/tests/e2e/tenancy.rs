@@ -25,12 +25,12 @@ use super::{delete_and_wait_gone, kubeconfig, put_secret, standin};
 use crate::harness::*;
 
 /// A user who is `admin` of one namespace and nothing else.
-struct Tenant {
-    ns: String,
-    client: Client,
+pub(crate) struct Tenant {
+    pub ns: String,
+    pub client: Client,
 }
 
-async fn tenant(env: &Env, user: &str, base: &str) -> Result<Tenant, String> {
+pub(crate) async fn tenant(env: &Env, user: &str, base: &str) -> Result<Tenant, String> {
     let ns = env.ns(base);
     env.prepare_with_script(&ns)?;
     env.kubectl(&[
@@ -56,7 +56,11 @@ async fn tenant(env: &Env, user: &str, base: &str) -> Result<Tenant, String> {
 /// operator: every cluster role and binding, and every object of interest in
 /// `namespaces` (other tenants' namespaces, the operator's Secrets but for
 /// the records of `own_release`).
-async fn outside(c: &Client, namespaces: &[&str], own_release: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) async fn outside(
+    c: &Client,
+    namespaces: &[&str],
+    own_release: &str,
+) -> Result<BTreeMap<String, String>, String> {
     async fn add<K>(api: Api<K>, m: &mut BTreeMap<String, String>, skip: impl Fn(&K) -> bool) -> TestResult
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -87,7 +91,7 @@ async fn outside(c: &Client, namespaces: &[&str], own_release: &str) -> Result<B
     Ok(m)
 }
 
-fn same_world(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> TestResult {
+pub(crate) fn same_world(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> TestResult {
     let mut diffs = Vec::new();
     for (k, v) in before {
         match after.get(k) {
@@ -103,7 +107,7 @@ fn same_world(before: &BTreeMap<String, String>, after: &BTreeMap<String, String
 }
 
 /// Waits until the instance is Failed with `reason` for its current generation; its message.
-async fn failed_with(c: &Client, ns: &str, name: &str, reason: &str) -> Result<String, String> {
+pub(crate) async fn failed_with(c: &Client, ns: &str, name: &str, reason: &str) -> Result<String, String> {
     wait_for(&format!("{ns}/{name} Failed with {reason}"), WAIT, || async {
         let Some(inst) = get_instance(c, ns, name).await? else { return Ok(None) };
         let st = inst.status.clone().unwrap_or_default();
@@ -115,7 +119,7 @@ async fn failed_with(c: &Client, ns: &str, name: &str, reason: &str) -> Result<S
 }
 
 /// Touches the instance so the operator reconciles it now (any watch event does).
-async fn poke(c: &Client, ns: &str, name: &str, n: u32) -> TestResult {
+pub(crate) async fn poke(c: &Client, ns: &str, name: &str, n: u32) -> TestResult {
     Api::<TinycodeInstance>::namespaced(c.clone(), ns)
         .patch(
             name,
@@ -290,6 +294,12 @@ pub async fn tenant_kubeconfig_copy_needs_the_owners_consent(env: &mut Env) -> T
 
     apply_instance(&alice.client, &alice.ns, "dev", spec("ops-kc")).await.ctx("apply")?;
     apply_instance(&alice.client, &alice.ns, "probe", spec("no-such-kc")).await.ctx("apply")?;
+    // A reserved namespace is never a source, whatever it holds.
+    let system = json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "admin-kc", "kubeconfigNamespace": "kube-system"}});
+    apply_instance(&alice.client, &alice.ns, "system", system).await.ctx("apply")?;
+    let m = failed_with(&admin, &alice.ns, "system", "InvalidSpec").await?;
+    ensure(m.contains("spec.clusterAdmin.kubeconfigNamespace"), m)?;
+    delete_and_wait_gone(&alice.client, &alice.ns, "system").await?;
     let existing = failed_with(&admin, &alice.ns, "dev", "KubeconfigNotShared").await?;
     let missing = failed_with(&admin, &alice.ns, "probe", "KubeconfigNotShared").await?;
     ensure_eq(
@@ -357,6 +367,8 @@ pub async fn tenant_urls_cannot_reach_the_operator_host(env: &mut Env) -> TestRe
         {"name": "zero", "url": format!("http://0.0.0.0:{port}")},
         {"name": "mapped", "url": format!("http://[::ffff:0.0.0.0]:{port}")},
         {"name": "metadata", "url": "http://169.254.169.254/latest"},
+        {"name": "sixtofour", "url": format!("http://[2002:7f00:1::]:{port}")},
+        {"name": "teredo", "url": format!("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]:{port}")},
     ]});
     super::deploy(env, &alice.client, &alice.ns, "dev", spec).await?;
     let inst = wait_for("VllmConfigReady False", WAIT, || async {
@@ -406,6 +418,21 @@ pub async fn tenant_instances_are_closed_by_default(env: &mut Env) -> TestResult
         .ok_or("no password in the pod")?;
     ensure_eq(env_ref.name.as_str(), "dev-tinycode-password", "password Secret in the pod")?;
     let np = Api::<NetworkPolicy>::namespaced(admin.clone(), &alice.ns).get("dev-tinycode").await.ctx("np")?;
+    // Egress: every address but link-local and the metadata services.
+    let egress = serde_json::to_value(np.spec.as_ref().and_then(|s| s.egress.clone()).unwrap_or_default()).unwrap();
+    let blocks: Vec<&Value> =
+        egress[0]["to"].as_array().into_iter().flatten().filter_map(|p| p.get("ipBlock")).collect();
+    let except = |cidr: &str| blocks.iter().find(|b| b["cidr"] == cidr).map(|b| b["except"].clone());
+    ensure(
+        except("0.0.0.0/0").is_some_and(|e| e.as_array().is_some_and(|l| l.contains(&json!("169.254.0.0/16")))),
+        format!("IPv4 link-local not closed: {egress}"),
+    )?;
+    ensure(
+        except("::/0").is_some_and(|e| {
+            e.as_array().is_some_and(|l| l.contains(&json!("fe80::/10")) && l.contains(&json!("fd00:ec2::254/128")))
+        }),
+        format!("IPv6 link-local or metadata not closed: {egress}"),
+    )?;
     let from = serde_json::to_value(&np.spec.and_then(|s| s.ingress).unwrap_or_default()[0].from).unwrap();
     ensure_eq(
         from,

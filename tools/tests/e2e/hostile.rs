@@ -1,0 +1,310 @@
+//! Tenants, round two (SPEC §14): each scenario is an attack run as a tenant
+//! (impersonated, admin of their own namespace only) against the operator
+//! under its generated RBAC: input meant to exhaust it, timing meant to keep
+//! a grant a cluster-admin took back, a namespace the tenant prepared
+//! themselves, and another tenant's namespace holding an instance hostage.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tinycode_operator::render::naming;
+use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
+
+use super::tenancy::{failed_with, outside, same_world, tenant};
+use super::{delete_and_wait_gone, kubeconfig, put_secret, standin};
+use crate::harness::*;
+
+/// The operator's peak resident memory must stay this far inside the
+/// manager's 512 MiB limit whatever tenants send it.
+const RSS_CEILING_MIB: u64 = 160;
+
+async fn events_with_reason(c: &Client, ns: &str, reason: &str) -> Result<Vec<Event>, String> {
+    let all = Api::<Event>::namespaced(c.clone(), ns).list(&ListParams::default()).await.ctx("events")?;
+    Ok(all.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect())
+}
+
+async fn replicas(c: &Client, ns: &str, deployment: &str) -> Result<Option<i32>, String> {
+    Ok(Api::<Deployment>::namespaced(c.clone(), ns).get(deployment).await.ctx("deployment")?.spec.replicas)
+}
+
+/// Attack: a tenant binds the operator's ServiceAccount as `admin` in their
+/// own namespace (RBAC allows it: they hold admin there). Without the
+/// cluster-admin's preparation label nothing is granted or installed; the
+/// label, set by a cluster-admin, then prepares it.
+pub async fn tenant_binding_the_operator_prepares_nothing(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let ns = env.ns("selfprep-a");
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .ctx("namespace")?;
+    env.kubectl(&["create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice", "-n", &ns])?;
+    let alice = env.client_as("alice").await;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tinycode-operator-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tinycode-operator-manager", "namespace": OPERATOR_NAMESPACE}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(alice.clone(), &ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .ctx("alice binds the operator herself")?;
+    let release = naming::release_name(&ns, "dev");
+    let before = outside(&admin, &[OPERATOR_NAMESPACE], &release).await?;
+    apply_instance(&alice, &ns, "dev", json!({})).await.ctx("apply")?;
+    let m = failed_with(&admin, &ns, "dev", "NamespaceNotPrepared").await?;
+    ensure(m.contains(&format!("oc label namespace {ns} tinycode.dev/prepared=true")), m)?;
+    let bindings: Vec<String> = Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .ctx("rolebindings")?
+        .items
+        .into_iter()
+        .filter_map(|b| b.metadata.name)
+        .collect();
+    ensure_eq(bindings, vec!["alice-admin".to_string(), "tinycode-operator-admin".to_string()], "RoleBindings")?;
+    ensure(!secret_exists(&admin, &ns, "dev-tinycode-password").await?, "a password Secret was created")?;
+    ensure(env.release(&release)?.is_none(), "installed in a namespace nobody prepared")?;
+    same_world(&before, &outside(&admin, &[OPERATOR_NAMESPACE], &release).await?)?;
+
+    // The cluster-admin's act: the label (the label change wakes the instance).
+    env.kubectl(&["label", "namespace", &ns, "tinycode.dev/prepared=true"])?;
+    wait_for("the release after the cluster-admin's label", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    run_to_running(&admin, &ns, "dev").await?;
+    delete_and_wait_gone(&alice, &ns, "dev").await
+}
+
+/// Attack: hold on to a shell tier and a cluster role while a cluster-admin
+/// takes the approvals back, first by suspending the instance, then by
+/// breaking its spec. Both are withdrawn at once and the workload that used
+/// them stops; approved again, helm brings it back.
+pub async fn tenant_cannot_keep_grants_by_suspending_or_breaking_the_spec(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "revoke-a").await?;
+    let ns = alice.ns.clone();
+    put_secret(&alice.client, &ns, "kc", json!({"kubeconfig": kubeconfig(1, "eyJhbGciOi.payload.sig")})).await?;
+    let approve = || {
+        env.kubectl(&[
+            "label",
+            "namespace",
+            &ns,
+            "tinycode.dev/allow-shell=true",
+            "tinycode.dev/allow-cluster-role=view",
+            "--overwrite",
+        ])
+    };
+    let withdraw =
+        || env.kubectl(&["label", "namespace", &ns, "tinycode.dev/allow-shell-", "tinycode.dev/allow-cluster-role-"]);
+    approve()?;
+    let spec = json!({"shell": {"enabled": true},
+        "clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"}});
+    super::deploy(env, &alice.client, &ns, "dev", spec.clone()).await?;
+    run_to_running(&admin, &ns, "dev").await?;
+    let grant = naming::scc_grant("dev", "shell");
+    let crb = naming::cluster_role_binding(&ns, "dev");
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    ensure(bindings.get_opt(&grant).await.ctx("grant")?.is_some(), "no shell grant")?;
+    ensure(crbs.get_opt(&crb).await.ctx("crb")?.is_some(), "no cluster-role binding")?;
+    let withdrawn = || async {
+        let gone =
+            bindings.get_opt(&grant).await.ctx("grant")?.is_none() && crbs.get_opt(&crb).await.ctx("crb")?.is_none();
+        Ok((gone && replicas(&admin, &ns, "dev-tinycode").await? == Some(0)).then_some(()))
+    };
+
+    // Suspended first, then the approvals go: withdrawn all the same.
+    let mut suspended = spec.clone();
+    suspended["suspend"] = json!(true);
+    apply_instance(&alice.client, &ns, "dev", suspended).await.ctx("suspend")?;
+    wait_phase(&admin, &ns, "dev", "Suspended").await?;
+    let release = naming::release_name(&ns, "dev");
+    let revision = env.release(&release)?.ok_or("no release")?.0;
+    withdraw()?;
+    wait_for("grants withdrawn from the suspended instance", WAIT, withdrawn).await?;
+    ensure(!events_with_reason(&admin, &ns, "ApprovalWithdrawn").await?.is_empty(), "no ApprovalWithdrawn event")?;
+    wait_for("status saying the workload was stopped", WAIT, || async {
+        let Some(i) = get_instance(&admin, &ns, "dev").await? else { return Ok(None) };
+        Ok(ready(&i).2.contains("scaled to zero").then_some(()))
+    })
+    .await?;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision), "helm ran while suspended")?;
+
+    // Resumed without approval: refused, and it stays stopped.
+    apply_instance(&alice.client, &ns, "dev", spec.clone()).await.ctx("resume")?;
+    failed_with(&admin, &ns, "dev", "SccNotApproved").await?;
+    ensure_eq(replicas(&admin, &ns, "dev-tinycode").await?, Some(0), "replicas while refused")?;
+
+    // Approved again: helm takes the replicas back.
+    approve()?;
+    wait_for("the workload back at one replica", WAIT, || async {
+        Ok((replicas(&admin, &ns, "dev-tinycode").await? == Some(1)).then_some(()))
+    })
+    .await?;
+    run_to_running(&admin, &ns, "dev").await?;
+
+    // A spec broken on purpose keeps nothing either.
+    let mut broken = spec.clone();
+    broken["image"] = json!("docker.io/library/busybox:1");
+    apply_instance(&alice.client, &ns, "dev", broken).await.ctx("break the spec")?;
+    failed_with(&admin, &ns, "dev", "InvalidSpec").await?;
+    withdraw()?;
+    wait_for("grants withdrawn from the invalid instance", WAIT, withdrawn).await?;
+    delete_and_wait_gone(&alice.client, &ns, "dev").await
+}
+
+/// `a: &x "<scalar>"`, then `scalar`-sized aliases `count` times as contexts.
+fn alias_bomb(scalar: usize, count: usize) -> String {
+    let aliases = vec!["*x"; count].join(",");
+    format!("apiVersion: v1\nkind: Config\na: &x \"{}\"\ncontexts: [{aliases}]\n", "y".repeat(scalar))
+}
+
+/// Connects to the health port from `source` and asks for /healthz.
+async fn healthz_from(source: std::net::IpAddr, port: u16) -> Result<u16, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().ctx("socket")?;
+    socket.bind(std::net::SocketAddr::new(source, 0)).ctx("bind")?;
+    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.ctx("connect")?;
+    stream.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n").await.ctx("write")?;
+    let mut buf = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut buf)).await.ctx("read")?.ctx("read")?;
+    buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or(format!("no status line in {buf:?}"))
+}
+
+/// Attacks on the operator's memory and connection slots: a kubeconfig
+/// alias bomb, model servers listing 15 000 models behind 20 providers and
+/// 40 discovery Services, and one peer holding health-port connections.
+/// The operator stays up and well inside its memory limit, says in status
+/// what it cut, and another tenant's instance reconciles meanwhile.
+pub async fn tenant_input_cannot_exhaust_the_operator(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "dos-a").await?;
+    let bob = tenant(env, "bob", "dos-b").await?;
+
+    // The alias bomb: about 300 KB that would expand to 250 MB.
+    let bomb = alias_bomb(50_000, 5_000);
+    ensure(bomb.len() < 400_000, format!("bomb of {} bytes", bomb.len()))?;
+    put_secret(&alice.client, &alice.ns, "bomb", json!({"kubeconfig": bomb})).await?;
+    apply_instance(
+        &alice.client,
+        &alice.ns,
+        "bomb",
+        json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "bomb"}}),
+    )
+    .await
+    .ctx("apply")?;
+    let m = failed_with(&admin, &alice.ns, "bomb", "KubeconfigInvalid").await?;
+    ensure(m.contains("anchors and aliases"), m)?;
+
+    // The model flood: 15 000 models, just under the 1 MiB the operator reads of an answer.
+    let models: Vec<(String, i64)> = (0..15_000).map(|i| (format!("m{i}"), 32768)).collect();
+    let flood = standin::start(standin::Config { models, behaviour: standin::Behaviour::Ok, tool_calling: true }).await;
+    let providers: Vec<Value> = (0..20).map(|i| json!({"name": format!("p{i}"), "url": flood.url()})).collect();
+    let services: Api<Service> = Api::namespaced(alice.client.clone(), &alice.ns);
+    for i in 0..40 {
+        let svc: Service = serde_json::from_value(json!({"metadata": {"name": format!("flood-{i}"), "annotations": {
+            "tinycode.dev/discover": "vllm", "tinycode.dev/vllm-url": flood.url()}},
+            "spec": {"ports": [{"name": "http", "port": 8000}]}}))
+        .unwrap();
+        services.create(&PostParams::default(), &svc).await.ctx("discovery service")?;
+    }
+    super::deploy(env, &alice.client, &alice.ns, "flood", json!({"vllm": providers})).await?;
+    let warning = wait_for("the cut reported in status", Duration::from_secs(120), || async {
+        let Some(i) = get_instance(&admin, &alice.ns, "flood").await? else { return Ok(None) };
+        let st = i.status.unwrap_or_default();
+        Ok(st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "VllmWarning" && c.message.contains("more models not listed"))
+            .map(|c| c.message.clone()))
+    })
+    .await?;
+    ensure(warning.len() <= 4096 + 64, format!("a warning of {} bytes", warning.len()))?;
+    ensure(
+        warning.contains("discovered Service"),
+        format!("the skipped discovery Services are not reported: {warning}"),
+    )?;
+    let config = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), &alice.ns)
+        .get(&naming::config_map("flood"))
+        .await
+        .ctx("config map")?;
+    let size: usize = config.data.unwrap_or_default().values().map(String::len).sum();
+    ensure(size < 512 * 1024, format!("a generated config of {size} bytes"))?;
+
+    // Meanwhile another tenant's instance reconciles.
+    super::deploy(env, &bob.client, &bob.ns, "dev", json!({})).await?;
+    run_to_running(&admin, &bob.ns, "dev").await?;
+
+    // One peer holds as many health-port connections as it can; another is still answered.
+    let port = MAIN_PORTS.0;
+    let mut held = Vec::new();
+    for _ in 0..70 {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            held.push(s);
+        }
+    }
+    ensure_eq(healthz_from([127, 0, 0, 2].into(), port).await?, 200, "/healthz from another address")?;
+    drop(held);
+
+    let (rss, peak) = env.operator_rss_mib()?;
+    println!("    operator RSS {rss} MiB, peak {peak} MiB (ceiling {RSS_CEILING_MIB} MiB)");
+    ensure(peak < RSS_CEILING_MIB, format!("the operator's peak RSS reached {peak} MiB"))?;
+    for (c, ns, name) in
+        [(&alice.client, &alice.ns, "bomb"), (&alice.client, &alice.ns, "flood"), (&bob.client, &bob.ns, "dev")]
+    {
+        delete_and_wait_gone(c, ns, name).await?;
+    }
+    Ok(())
+}
+
+/// Attack: the admin of a discovery namespace revokes the operator's rights
+/// there after another tenant's instance discovered it. That instance still
+/// upgrades (the namespace is skipped with a warning) and is still deleted
+/// (what cannot be removed is named in a CleanupIncomplete event).
+pub async fn another_namespaces_admin_cannot_hold_an_instance_hostage(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "hostage-a").await?;
+    let bob = tenant(env, "bob", "hostage-b").await?;
+    env.kubectl(&["label", "namespace", &bob.ns, "tinycode.dev/vllm-discovery=true"])?;
+    let spec = |cpu: &str| json!({"discovery": {"namespaces": [bob.ns]}, "resources": {"limits": {"cpu": cpu, "memory": "2Gi"}}});
+    super::deploy(env, &alice.client, &alice.ns, "dev", spec("2")).await?;
+    let binding = naming::discovery_binding(&alice.ns, "dev");
+    let in_bob: Api<RoleBinding> = Api::namespaced(admin.clone(), &bob.ns);
+    ensure(in_bob.get_opt(&binding).await.ctx("binding")?.is_some(), "no discovery RoleBinding in bob's namespace")?;
+    run_to_running(&admin, &alice.ns, "dev").await?;
+
+    // Bob, admin of his namespace, takes the operator's rights there away.
+    Api::<RoleBinding>::namespaced(bob.client.clone(), &bob.ns)
+        .delete("tinycode-operator-admin", &DeleteParams::default())
+        .await
+        .ctx("bob revokes the operator")?;
+    let release = naming::release_name(&alice.ns, "dev");
+    let before = env.release(&release)?.ok_or("no release")?.0;
+    apply_instance(&alice.client, &alice.ns, "dev", spec("3")).await.ctx("upgrade")?;
+    wait_for("an upgrade that skips bob's namespace", Duration::from_secs(120), || async {
+        Ok(env.release(&release)?.filter(|r| r.0 > before && r.1 == "deployed"))
+    })
+    .await?;
+    let running = run_to_running(&admin, &alice.ns, "dev").await?;
+    let (_, _, message) = ready(&running);
+    ensure(message.contains(&format!("discovery namespace {} is skipped", bob.ns)), message)?;
+    let d = Api::<Deployment>::namespaced(admin.clone(), &alice.ns).get("dev-tinycode").await.ctx("deployment")?;
+    let cpu = d.spec.template.spec.map(|p| p.containers[0].resources.clone());
+    ensure(format!("{cpu:?}").contains("\"3\""), format!("the upgrade did not apply: {cpu:?}"))?;
+
+    // Deletion completes and says what stays behind in bob's namespace.
+    delete_and_wait_gone(&alice.client, &alice.ns, "dev").await?;
+    ensure(env.release(&release)?.is_none(), "release records left behind")?;
+    let incomplete = events_with_reason(&admin, &alice.ns, "CleanupIncomplete").await?;
+    let notes: Vec<String> = incomplete.iter().filter_map(|e| e.note.clone()).collect();
+    ensure(notes.iter().any(|n| n.contains(&bob.ns)), format!("no CleanupIncomplete event names {}: {notes:?}", bob.ns))
+}
