@@ -84,14 +84,29 @@ async fn uninstall(
     left: &mut Vec<String>,
 ) -> Result<(), Error> {
     let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
-    let release_name = naming::release_name(&ns, &name);
+    // An instance deleted before its release moved to the current name has
+    // its records under the name an earlier build gave it.
+    let names = std::iter::once(naming::release_name(&ns, &name)).chain(naming::previous_release_name(&ns, &name));
+    for release_name in names {
+        uninstall_release(ctx, inst, &release_name, degraded, left).await?;
+    }
+    Ok(())
+}
+
+async fn uninstall_release(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    release_name: &str,
+    degraded: bool,
+    left: &mut Vec<String>,
+) -> Result<(), Error> {
     let storage_ns = &ctx.settings.operator_namespace;
     let records_api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
     let selector = ListParams::default().labels(&format!("owner=helm,name={release_name}"));
     if records_api.list_metadata(&selector).await?.items.is_empty() {
         return Ok(());
     }
-    match ctx.helm.uninstall(&release_name, storage_ns).await {
+    match ctx.helm.uninstall(release_name, storage_ns).await {
         Ok(()) => {}
         Err(e) if degraded => {
             tracing::warn!(error = %e, "helm uninstall failed in a namespace the operator cannot manage any more");

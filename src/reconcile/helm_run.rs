@@ -147,10 +147,25 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), 
         .await?;
     let old_binding = naming::legacy_discovery_cluster_binding(&ns, &name);
     delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding).await?;
-    let note = format!(
-        "release {legacy} of an earlier build now lives in the operator namespace as {}; its old records in {ns} were deleted",
-        naming::release_name(&ns, &name)
-    );
+    let current = naming::release_name(&ns, &name);
+    let note = match naming::previous_release_name(&ns, &name) {
+        // A release under the name an earlier build shortened it to: its
+        // records (in the operator namespace) go the same way.
+        Some(previous) => {
+            Api::<Secret>::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace)
+                .delete_collection(
+                    &DeleteParams::default(),
+                    &ListParams::default().labels(&format!("owner=helm,name={previous}")),
+                )
+                .await?;
+            format!(
+                "release {previous} (or {legacy} in {ns}) of an earlier build now lives as {current}; its old records were deleted"
+            )
+        }
+        None => format!(
+            "release {legacy} of an earlier build now lives in the operator namespace as {current}; its old records in {ns} were deleted"
+        ),
+    };
     ctx.event(inst, EventType::Normal, "HelmMigrated", "Helm", note).await;
     Ok(())
 }

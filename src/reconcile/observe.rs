@@ -117,6 +117,9 @@ pub struct ReleaseFacts {
     pub records: Vec<release::Record>,
     /// The instance's objects belong to a release an earlier build kept in the instance namespace.
     pub legacy: bool,
+    /// The release still has the name an earlier build shortened it to
+    /// ([`naming::previous_release_name`]): it moves to the current name.
+    pub renamed_from: Option<String>,
     /// The objects the latest deployed revision rendered, with what the cluster holds.
     pub rendered: Vec<(manifest::ObjectRef, Option<ObjectMeta>)>,
 }
@@ -330,15 +333,21 @@ async fn release_facts(
     deployment: Option<&Deployment>,
 ) -> Result<ReleaseFacts, Error> {
     let release_name = naming::release_name(ns, name);
-    let metas: Vec<ObjectMeta> = ctx
-        .stores
-        .records
-        .state()
-        .iter()
-        .filter(|s| s.metadata.labels.as_ref().and_then(|l| l.get("name")) == Some(&release_name))
-        .map(|s| s.metadata.clone())
-        .collect();
-    let records = release::records(&metas);
+    let named = |release: &str| -> Vec<ObjectMeta> {
+        ctx.stores
+            .records
+            .state()
+            .iter()
+            .filter(|s| s.metadata.labels.as_ref().and_then(|l| l.get("name")).map(String::as_str) == Some(release))
+            .map(|s| s.metadata.clone())
+            .collect()
+    };
+    let records = release::records(&named(&release_name));
+    let renamed_from = if records.is_empty() {
+        naming::previous_release_name(ns, name).filter(|old| !named(old).is_empty())
+    } else {
+        None
+    };
     let legacy = records.is_empty()
         && deployment
             .and_then(|d| d.metadata.annotations.as_ref())
@@ -355,7 +364,7 @@ async fn release_facts(
             rendered.push((obj.clone(), meta));
         }
     }
-    Ok(ReleaseFacts { records, legacy, rendered })
+    Ok(ReleaseFacts { records, legacy, renamed_from, rendered })
 }
 
 async fn live_meta(ctx: &Context, obj: &manifest::ObjectRef) -> Result<Option<ObjectMeta>, Error> {

@@ -145,6 +145,10 @@ pub fn helm_run(
             let reason = "release of an earlier build moves to the operator namespace".to_string();
             return (Some(HelmRun { reason, mode: Mode::Adopt }), None);
         }
+        if let Some(old) = &release.renamed_from {
+            let reason = format!("release {old} moves to its current name (a shortened name keeps one dot)");
+            return (Some(HelmRun { reason, mode: Mode::Adopt }), None);
+        }
         if release.records.is_empty() {
             return (Some(HelmRun { reason: "release not installed".into(), mode: Mode::Install }), None);
         }

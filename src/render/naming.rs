@@ -13,17 +13,41 @@ pub const HELM_RELEASE_MAX: usize = 53;
 /// namespace, so the name must be unique across the cluster. Neither part can
 /// hold a dot, so two instances never share a name (`a-b`/`c` and `a`/`b-c`
 /// differ). Past Helm's limit the tail becomes a 64-bit digest of
-/// `<namespace>/<name>`; a shortened name has fewer dots than a whole one, so
-/// the two forms never meet, and no tenant can grind a collision.
+/// `<namespace>/<name>` and the head keeps only its first dot: a whole name
+/// has exactly two dots, a shortened one exactly one, so the two forms never
+/// meet (a tenant cannot name an instance after another's shortened release),
+/// and no tenant can grind a collision between shortened ones.
 pub fn release_name(namespace: &str, name: &str) -> String {
     let full = format!("tinycode.{namespace}.{name}");
     if full.len() <= HELM_RELEASE_MAX {
         return full;
     }
-    let digest = hex::encode(Sha256::digest(format!("{namespace}/{name}").as_bytes()));
-    let keep = HELM_RELEASE_MAX - 17;
-    let head = full[..keep].trim_end_matches(['-', '.']);
-    format!("{head}-{}", &digest[..16])
+    let head = shortened_head(&full);
+    let head = match head.match_indices('.').nth(1) {
+        Some((second, _)) => format!("{}-{}", &head[..second], &head[second + 1..]),
+        None => head.to_string(),
+    };
+    format!("{head}-{}", release_digest(namespace, name))
+}
+
+/// The release name builds before 0.4 gave a shortened name whose head kept
+/// both dots (so an instance could be named to equal it), when it differs
+/// from [`release_name`]: such a release is moved to the new name.
+pub fn previous_release_name(namespace: &str, name: &str) -> Option<String> {
+    let full = format!("tinycode.{namespace}.{name}");
+    if full.len() <= HELM_RELEASE_MAX {
+        return None;
+    }
+    let previous = format!("{}-{}", shortened_head(&full), release_digest(namespace, name));
+    (previous != release_name(namespace, name)).then_some(previous)
+}
+
+fn shortened_head(full: &str) -> &str {
+    full[..HELM_RELEASE_MAX - 17].trim_end_matches(['-', '.'])
+}
+
+fn release_digest(namespace: &str, name: &str) -> String {
+    hex::encode(Sha256::digest(format!("{namespace}/{name}").as_bytes()))[..16].to_string()
 }
 
 /// The release name of builds before 0.2 (records kept in the instance
@@ -191,6 +215,32 @@ mod tests {
         assert_ne!(shortened, release_name(long_ns, "dev2"));
         // A whole name always has two dots, so it can never equal a shortened one.
         assert_eq!(release_name("ab", "cd").matches('.').count(), 2);
+    }
+
+    /// The attack: name a second instance after the first one's shortened
+    /// release. Builds before 0.4 gave both the same release.
+    #[test]
+    fn an_instance_cannot_be_named_after_a_shortened_release() {
+        let long = "a-workspace-name-that-is-long-enough-to-be-shortened";
+        let shortened = release_name("team", long);
+        assert_eq!(shortened.matches('.').count(), 1, "{shortened}");
+        let old = previous_release_name("team", long).expect("the old form kept two dots");
+        assert_eq!(old.matches('.').count(), 2);
+        let forged = old.strip_prefix("tinycode.team.").unwrap();
+        assert_eq!(release_name("team", forged), old, "the old collision");
+        assert_ne!(release_name("team", forged), shortened, "no collision with the new form");
+        // Every shortened name has one dot, whatever the lengths.
+        for (ns, name) in
+            [("a".to_string(), "x".repeat(63)), ("n".repeat(30), "y".repeat(30)), ("n".repeat(63), "y".to_string())]
+        {
+            let r = release_name(&ns, &name);
+            if r != format!("tinycode.{ns}.{name}") {
+                assert_eq!(r.matches('.').count(), 1, "{r}");
+                assert!(r.len() <= HELM_RELEASE_MAX, "{r}");
+            }
+        }
+        assert_eq!(previous_release_name("team", "short"), None);
+        assert_eq!(previous_release_name(&"n".repeat(50), "dev"), None, "one dot before already: unchanged");
     }
 
     #[test]

@@ -308,3 +308,51 @@ pub async fn another_namespaces_admin_cannot_hold_an_instance_hostage(env: &mut 
     let notes: Vec<String> = incomplete.iter().filter_map(|e| e.note.clone()).collect();
     ensure(notes.iter().any(|n| n.contains(&bob.ns)), format!("no CleanupIncomplete event names {}: {notes:?}", bob.ns))
 }
+
+/// A release an earlier build named with a two-dot shortened name (one an
+/// instance could be named after) moves to the one-dot form on the first
+/// reconcile: objects adopted, data kept, the old records deleted.
+pub async fn a_release_under_its_old_shortened_name_moves_to_the_new_one(env: &mut Env) -> TestResult {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+    use kube::ResourceExt;
+    let admin = env.client().await;
+    let ns = env.ns("rename");
+    env.prepare_with_script(&ns)?;
+    let name = "workspace-with-a-long-name-that-gets-shortened";
+    let old = naming::previous_release_name(&ns, name).ok_or("the name is not one that moves")?;
+    let v = super::default_values(&ns, name);
+    let file = env.work.path().join(format!("rename-{ns}.json"));
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).ctx("values file")?;
+    let chart = repo_root().join("helm-charts/tinycode");
+    env.helm_json(&[
+        "upgrade",
+        "--install",
+        &old,
+        chart.to_str().unwrap(),
+        "--namespace",
+        OPERATOR_NAMESPACE,
+        "-f",
+        file.to_str().unwrap(),
+    ])?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
+    let pvc = naming::projects_pvc(name);
+    let pvc_uid = pvcs.get(&pvc).await.ctx("pvc")?.uid();
+
+    apply_instance(&admin, &ns, name, json!({})).await.ctx("apply")?;
+    let release = naming::release_name(&ns, name);
+    wait_for("the release under its current name", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    let records = ListParams::default().labels(&format!("owner=helm,name={old}"));
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
+    wait_for("the old records deleted", WAIT, || async {
+        Ok(secrets.list_metadata(&records).await.ctx("list")?.items.is_empty().then_some(()))
+    })
+    .await?;
+    let d = Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::fullname(name)).await.ctx("deployment")?;
+    ensure_eq(d.annotations().get("meta.helm.sh/release-name"), Some(&release), "owner release")?;
+    ensure_eq(pvcs.get(&pvc).await.ctx("pvc")?.uid(), pvc_uid, "the projects PVC (the user's data)")?;
+    run_to_running(&admin, &ns, name).await?;
+    delete_and_wait_gone(&admin, &ns, name).await
+}

@@ -82,6 +82,7 @@ fn main() {
         tenant_input_cannot_exhaust_the_operator,
         another_namespaces_admin_cannot_hold_an_instance_hostage,
         legacy_release_moves_to_the_operator_namespace,
+        a_release_under_its_old_shortened_name_moves_to_the_new_one,
         operator_upgrade_rerenders_untouched_instances,
         rendered_objects_come_back_when_deleted,
         failing_release_stalls_and_recovers_on_request,
