@@ -167,14 +167,12 @@ pub struct Ollama {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Auth {
-    /// Secret holding key TINYCODE_SERVER_PASSWORD; unset leaves the UI unauthenticated.
+    /// Secret (in the instance namespace) holding the UI password under key
+    /// TINYCODE_SERVER_PASSWORD. Unset: the operator generates a password into
+    /// Secret <name>-tinycode-password (status.passwordSecret names it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub password_secret: Option<String>,
-    /// The last `tinycode.dev/reconcile-requested-at` value handled (a full
-    /// reconcile, helm included, ran for it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_handled_reconcile_at: Option<String>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

@@ -33,6 +33,24 @@ pub struct TinycodeInstanceStatus {
     /// reconcile, helm included, ran for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// Helm failures in a row for what is applied now (the rendering and the
+    /// reconcile request). Kept on the object, so a restarted operator or a
+    /// new leader honours the retry budget instead of starting it over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm_failures: Option<HelmFailures>,
+}
+
+/// Helm failures of one attempt (a rendering and a reconcile request).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmFailures {
+    /// Digest of what helm failed to apply.
+    pub attempt: String,
+    /// Failures in a row; at the operator's retry budget the instance is Stalled.
+    pub count: u32,
+    /// What helm said the last time (shortened).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

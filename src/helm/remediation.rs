@@ -45,6 +45,21 @@ impl<K: Hash + Eq + Clone> RetryBudget<K> {
         entry.failures
     }
 
+    /// Takes the failures recorded on the object (its status) when this
+    /// process has none of its own: after a restart or a change of leader.
+    pub fn seed(&mut self, object: &K, key: &str, failures: u32, last_error: &str) {
+        self.by_object.entry(object.clone()).or_insert_with(|| Attempts {
+            key: key.into(),
+            failures,
+            last_error: last_error.into(),
+        });
+    }
+
+    /// The object's failures: (attempt key, count, last error).
+    pub fn failures(&self, object: &K) -> Option<(&str, u32, &str)> {
+        self.by_object.get(object).map(|a| (a.key.as_str(), a.failures, a.last_error.as_str()))
+    }
+
     /// The last failure recorded for the object, if any.
     pub fn last_error(&self, object: &K) -> Option<&str> {
         self.by_object.get(object).map(|a| a.last_error.as_str())
@@ -78,6 +93,18 @@ mod tests {
         assert_eq!(b.failed(&"a", "k2", "e"), 1);
         b.clear(&"a");
         assert!(b.may_run(&"a", "k1"));
+    }
+
+    #[test]
+    fn failures_recorded_elsewhere_seed_an_empty_budget_only() {
+        let mut b = RetryBudget::new(3);
+        b.seed(&"a", "k1", 3, "boom");
+        assert!(!b.may_run(&"a", "k1"), "a budget spent before the restart stays spent");
+        assert_eq!(b.failures(&"a"), Some(("k1", 3, "boom")));
+        assert!(b.may_run(&"a", "k2"), "another attempt starts afresh");
+        b.failed(&"b", "k1", "e");
+        b.seed(&"b", "k1", 3, "old");
+        assert_eq!(b.failures(&"b"), Some(("k1", 1, "e")), "this process's own count wins");
     }
 
     #[test]

@@ -24,9 +24,12 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
     let storage_ns = &ctx.settings.operator_namespace;
     discard_pending(ctx, inst, plan).await?;
     let key = ObjectRef::from_obj(inst);
-    let attempt = format!("{}|{}", plan.values.values_hash, plan.request.clone().unwrap_or_default());
+    let attempt = attempt_key(plan);
     {
-        let retries = ctx.retries.lock().expect("lock");
+        let mut retries = ctx.retries.lock().expect("lock");
+        if let Some(f) = inst.status.as_ref().and_then(|s| s.helm_failures.as_ref()) {
+            retries.seed(&key, &f.attempt, f.count, &f.last_error);
+        }
         if !retries.may_run(&key, &attempt) {
             return Err(Error::Stalled(format!(
                 "helm failed {} times for this spec and chart and is not run again until the spec, the chart or the annotation {} changes; last error: {}",
@@ -73,6 +76,24 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
     }
     await_caches(ctx, release_name, applied.revision).await;
     Ok(applied.revision)
+}
+
+/// What one helm attempt applies: the rendering and the reconcile request
+/// (a digest: it is kept in status).
+fn attempt_key(plan: &Plan) -> String {
+    let text = format!("{}|{}", plan.values.values_hash, plan.request.clone().unwrap_or_default());
+    crate::render::values::sha256_hex(text.as_bytes())[..16].to_string()
+}
+
+/// The failures `status.helmFailures` records for `inst` (error shortened).
+pub fn recorded_failures(ctx: &Context, inst: &TinycodeInstance) -> Option<crate::api::HelmFailures> {
+    let retries = ctx.retries.lock().expect("lock");
+    let (attempt, count, last_error) = retries.failures(&ObjectRef::from_obj(inst))?;
+    let mut end = last_error.len().min(1024);
+    while !last_error.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(crate::api::HelmFailures { attempt: attempt.into(), count, last_error: last_error[..end].into() })
 }
 
 /// Records of a helm operation nobody is working on are left from an

@@ -287,7 +287,8 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             let message = err.to_string();
             let message =
                 if ctx.settings.platform.cli() == "kubectl" { message.replace("`oc ", "`kubectl ") } else { message };
-            let st = status::failed(inst, &err, &message, &now());
+            let failures = helm_run::recorded_failures(ctx, inst);
+            let st = status::failed(inst, &err, &message, failures, &now());
             if inst.status.as_ref() != Some(&st)
                 && let Err(e) = execute::write_status(ctx, inst, &st).await
             {

@@ -218,7 +218,10 @@ async fn secrets(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) -> Re
 }
 
 /// Splits discovery namespaces into those prepared for the operator (the
-/// cluster-admin's label where required, and the operator's rights) and the rest.
+/// cluster-admin's label where required, and the operator's rights) and the
+/// rest. They belong to other tenants, whose admins can revoke the operator's
+/// rights at any time, so their rights are asked live, never cached: a helm
+/// run must not meet a namespace it may no longer write.
 async fn prepared_discovery(
     ctx: &Context,
     labelled: BTreeSet<String>,
@@ -229,7 +232,7 @@ async fn prepared_discovery(
         let labels = ctx.stores.namespaces.get(&ObjectRef::new(&ns)).and_then(|n| n.metadata.labels.clone());
         let marked = !ctx.settings.require_prepared_label
             || labels.as_ref().is_some_and(crate::platform::prepare::labelled_prepared);
-        if marked && prepared(ctx, &ns).await?.is_empty() {
+        if marked && prepared_live(ctx, &ns).await?.is_empty() {
             ready.insert(ns);
         } else {
             unprepared.push(ns);

@@ -38,6 +38,8 @@ pub fn applied(
         scc: Some(plan.tier.scc_name()),
         password_secret: Some(plan.values.auth.password_secret.clone()),
         last_handled_reconcile_at: plan.request.clone().or(prev.last_handled_reconcile_at),
+        // Applied: whatever failed before is behind it.
+        helm_failures: None,
     }
 }
 
@@ -105,7 +107,13 @@ fn ingress_condition(inst: &TinycodeInstance, hostname: bool, published: Option<
 
 /// Status of an instance the reconcile could not apply; `message` is the
 /// error's text in the cluster's CLI dialect.
-pub fn failed(inst: &TinycodeInstance, err: &Error, message: &str, now: &str) -> TinycodeInstanceStatus {
+pub fn failed(
+    inst: &TinycodeInstance,
+    err: &Error,
+    message: &str,
+    helm_failures: Option<crate::api::HelmFailures>,
+    now: &str,
+) -> TinycodeInstanceStatus {
     let mut extra: Vec<Desired> = conditions::progress(err);
     if let Some(type_) = err.condition_type() {
         extra.push(Desired::new(type_, false, err.reason(), message.to_string()));
@@ -115,6 +123,7 @@ pub fn failed(inst: &TinycodeInstance, err: &Error, message: &str, now: &str) ->
     if matches!(err, Error::Helm(_) | Error::Stalled(_)) {
         // A requested reconcile ran helm, even if helm failed.
         status.last_handled_reconcile_at = plan::reconcile_request(inst).or(status.last_handled_reconcile_at.clone());
+        status.helm_failures = helm_failures;
     }
     status
 }
@@ -236,7 +245,7 @@ mod tests {
     fn failures_name_their_condition() {
         let inst = instance(serde_json::json!({}));
         let err = Error::blocked(Blocked::KubeconfigNotShared, "not shared");
-        let st = failed(&inst, &err, "not shared", "2026-12-02T00:00:00Z");
+        let st = failed(&inst, &err, "not shared", None, "2026-12-02T00:00:00Z");
         assert_eq!(st.phase, Some(Phase::Failed));
         let find = |t: &str| st.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
         assert_eq!(
@@ -245,7 +254,7 @@ mod tests {
         );
         assert_eq!(find(conditions::CLUSTER_ADMIN_READY).status, "False");
         assert_eq!(find(conditions::STALLED).status, "False", "blocked: the operator keeps checking");
-        let missing = failed(&inst, &Error::blocked(Blocked::SccMissing, "x"), "x", "t");
+        let missing = failed(&inst, &Error::blocked(Blocked::SccMissing, "x"), "x", None, "t");
         assert!(missing.conditions.iter().all(|c| c.type_ != conditions::CLUSTER_ADMIN_READY));
     }
 
@@ -261,5 +270,17 @@ mod tests {
         assert_eq!((s.phase, s.url.as_deref(), s.helm_revision), (Some(Phase::Suspended), Some("https://x"), Some(4)));
         let t = terminating(&inst, "t");
         assert_eq!((t.phase, t.url.as_deref()), (Some(Phase::Terminating), Some("https://x")));
+    }
+
+    #[test]
+    fn helm_failures_are_kept_in_status_for_helm_errors_only() {
+        let mut inst = instance(serde_json::json!({}));
+        let f = crate::api::HelmFailures { attempt: "a1".into(), count: 2, last_error: "boom".into() };
+        let stalled = failed(&inst, &Error::Stalled("x".into()), "x", Some(f.clone()), "t");
+        assert_eq!(stalled.helm_failures.as_ref(), Some(&f));
+        inst.status = Some(stalled);
+        // Another kind of failure leaves the count as it was.
+        let blocked = failed(&inst, &Error::blocked(Blocked::SccMissing, "x"), "x", None, "t");
+        assert_eq!(blocked.helm_failures, Some(f));
     }
 }

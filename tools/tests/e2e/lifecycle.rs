@@ -137,6 +137,36 @@ pub async fn failing_release_stalls_and_recovers_on_request(env: &mut Env) -> Te
     // Stalled: no further helm runs while nothing changes.
     tokio::time::sleep(Duration::from_secs(8)).await;
     ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision), "revision while Stalled")?;
+    // The count lives in status, so a restarted operator (or a new leader)
+    // honours it: no helm run for this release after the restart either.
+    let failures = stalled.status.as_ref().and_then(|s| s.helm_failures.clone()).ok_or("no status.helmFailures")?;
+    ensure_eq(failures.count, 3, "status.helmFailures.count (TINYCODE_MAX_RETRIES)")?;
+    let runs = env.work.path().join("helm-runs");
+    let recorder = env.work.path().join("helm-recording");
+    std::fs::write(
+        &recorder,
+        format!(
+            "#!/bin/sh
+echo \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            runs.display(),
+            env.helm.display()
+        ),
+    )
+    .ctx("wrapper")?;
+    std::fs::set_permissions(&recorder, std::os::unix::fs::PermissionsExt::from_mode(0o755)).ctx("chmod")?;
+    env.start_operator_with(&recorder)?;
+    // Started means synced: every instance is reconciled right away.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let restarted = get_instance(&c, &ns, "dev").await?.ok_or("gone")?;
+    ensure_eq(condition(&restarted, "Stalled").map(|s| s.0), Some("True".into()), "Stalled after the restart")?;
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    ensure(!ran.lines().any(|l| l.contains(&release)), format!("helm ran for {release} after the restart: {ran}"))?;
+    ensure_eq(
+        restarted.status.and_then(|s| s.helm_failures).map(|f| f.count),
+        Some(3),
+        "status.helmFailures after the restart",
+    )?;
+    env.start_operator()?;
 
     services.delete("dev-ollama", &DeleteParams::default()).await.ctx("remove the cause")?;
     let api: Api<TinycodeInstance> = Api::namespaced(c.clone(), &ns);
