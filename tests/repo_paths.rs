@@ -373,3 +373,38 @@ fn only_comments_of_code_are_scanned() {
     let named: Vec<String> = hash_comments(shell).lines().flat_map(named_paths).map(|n| n.path).collect();
     assert_eq!(named, ["hack/comment.sh", "docs/line.md"]);
 }
+
+/// Comments that point at a section of docs/benchmarks.md (`measured:`, the
+/// file, a comma and the section's heading in double quotes) name a heading
+/// that is there.
+#[test]
+fn benchmark_pointers_name_sections() {
+    let root = repo_root();
+    let doc = fs::read_to_string(root.join("docs/benchmarks.md")).expect("docs/benchmarks.md");
+    let headings: BTreeSet<&str> =
+        doc.lines().filter_map(|l| l.strip_prefix("### ").or_else(|| l.strip_prefix("## "))).collect();
+    let marker = "docs/benchmarks.md, \"";
+    let mut pointers = 0;
+    let mut dead = Vec::new();
+    for (file, kind) in files_to_scan(&root) {
+        if !matches!(kind, Kind::Rust) {
+            continue;
+        }
+        let comments = rust_comments(&fs::read_to_string(root.join(&file)).expect("readable"));
+        // One line of words: comment markers and line breaks go.
+        let words: Vec<&str> =
+            comments.lines().map(|l| l.trim_start().trim_start_matches('/').trim_start_matches('!').trim()).collect();
+        let text = words.join(" ");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(marker) {
+            rest = &rest[at + marker.len()..];
+            let end = rest.find('"').unwrap_or(rest.len());
+            pointers += 1;
+            if !headings.contains(&rest[..end]) {
+                dead.push(format!("{}: \"{}\"", file.display(), &rest[..end]));
+            }
+        }
+    }
+    assert!(pointers > 0, "no comment points at docs/benchmarks.md: the scan is broken");
+    assert!(dead.is_empty(), "sections of docs/benchmarks.md that do not exist:\n  {}", dead.join("\n  "));
+}
