@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What one `helm upgrade --install` of the bundled chart costs, run the way the
-# operator runs it (src/helm.rs), for several flag/env sets side by side.
+# operator runs it (src/helm/mod.rs), for several flag/env sets side by side.
 #
 #   hack/helm-cost.sh [N] [REPS]
 #
@@ -164,7 +164,7 @@ configure() {
 	done
 }
 
-# One helm run as src/helm.rs starts it: a cleared environment, HOME and the
+# One helm run as src/helm/mod.rs starts it: a cleared environment, HOME and the
 # helm homes in one directory, the values in a file.
 helm_run() { # HOME RELEASE VALUES TIMEFILE [EXTRA...]
 	local home=$1 release=$2 values=$3 timefile=$4

@@ -185,7 +185,7 @@ ensure_tools() {
 
 	local kube_minor=${KUBE_VERSION#v1.}
 	kube_minor=${kube_minor%%.*}
-	# Same variables as upstream's hack/lib/version.sh sets: component-base
+	# Same variables as upstream's k8s.io/kubernetes/hack/lib/version.sh sets: component-base
 	# (what --version prints) and client-go (its User-Agent).
 	local kube_ldflags="-s -w" pkg
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do

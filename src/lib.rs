@@ -1,7 +1,6 @@
 //! tinycode-operator: installs and manages tinycode AI coding assistant
 //! instances on OpenShift. A `TinycodeInstance` becomes one Helm release of
-//! the bundled chart, one Route and one SCC grant; see SPEC.md.
-#![deny(warnings)]
+//! the bundled chart, one Route and one SCC grant; see README.md.
 
 pub mod api;
 pub mod cli;

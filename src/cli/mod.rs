@@ -98,7 +98,7 @@ pub struct SettingsArgs {
     /// ClusterRoles instances may bind with spec.clusterAdmin.clusterRole once their
     /// namespace approves one (comma-separated; admin, cluster-admin and the
     /// operator's own roles are refused even when listed). The operator also needs
-    /// `bind` on each (src/rbac.rs).
+    /// `bind` on each (src/platform/rbac.rs).
     #[arg(long, global = true, env = "TINYCODE_ALLOWED_CLUSTER_ROLES", value_delimiter = ',', default_value = "view")]
     pub allowed_cluster_roles: Vec<String>,
     /// Namespace the operator runs in; Helm release records are kept there.

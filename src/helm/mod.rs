@@ -41,39 +41,27 @@ const STDERR_KEEP: usize = 600;
 /// Revisions Helm keeps per release (each is a Secret in the namespace).
 const HISTORY_MAX: &str = "5";
 /// Checks `helm install` and `helm upgrade` would repeat on every run although the operator
-/// already guarantees what they check. Measured with `hack/helm-cost.sh`
-/// (helm 3.22, kube-apiserver 1.37, 2 cores, helm CPU per run, first install /
-/// no-change upgrade):
+/// already guarantees what they check; each costs helm CPU on every run (measured:
+/// docs/benchmarks.md, "Helm's flags and environment").
 const APPLY_SKIPS: [&str; 2] = [
-    // 0.54 -> 0.20 s / 1.02 -> 0.36 s, and 1-2 fewer API requests. With a
-    // server that supports server-side field validation (Kubernetes >= 1.27)
-    // helm's "OpenAPI validation" downloads and parses the OpenAPI v3 documents
-    // of every API group in the chart only to learn that, and then validates
-    // nothing; helm never asks the server for strict validation either. So
-    // nothing is checked with or without the flag.
+    // The apiserver validates fields itself (Kubernetes >= 1.27): helm's
+    // "OpenAPI validation" only downloads every API group's documents to learn
+    // that, and then checks nothing.
     "--disable-openapi-validation",
-    // 0.204 -> 0.192 s / 0.360 -> 0.348 s (a further 3-10%, every repetition).
-    // The values come from `crate::values::Values`, the type the chart's
-    // values.schema.json is generated from; tests/chart.rs keeps checking the
-    // schema against what the operator emits.
+    // The values come from `crate::render::values::Values`, the type the
+    // chart's values.schema.json is generated from; tests/chart.rs keeps
+    // checking the schema against what the operator emits.
     "--skip-schema-validation",
 ];
-/// GOGC for helm: 0.192 -> 0.156 s / 0.348 -> 0.291 s per run with the skips
-/// above (GOGC=200 saved less, `off` no more), for 87/99 MiB peak RSS instead
-/// of 81/84 MiB, still below the 94-96 MiB of a run before the skips. A helm
-/// run lives well under a second; collecting its garbage is wasted work.
+/// GOGC for helm: a helm run lives well under a second, so collecting its
+/// garbage is wasted work; the peak RSS this costs stays below that of a run
+/// before the skips (measured: docs/benchmarks.md, "Helm's flags and environment").
 const HELM_GOGC: &str = "400";
-/// The message locale of helm. helm links kubectl's command packages, and one
-/// of them looks up a translated string while the program starts, which loads
-/// kubectl's message catalog for the locale: it zips and parses 350 KB for the
-/// default (English) catalog on every run. The French catalog holds a handful
-/// of kubectl's own help strings (6 KB), none of which helm prints; helm's
-/// messages and errors are not translated. Measured with `hack/helm-cost.sh`
-/// (`lang-fr`, 60 runs each): helm CPU per first install 0.130 -> 0.105 s
-/// (median), per no-change upgrade 0.205 -> 0.191 s (mean); package init
-/// 22-35 ms -> 1-4 ms (`GODEBUG=inittrace=1`). The e2e tests read helm's
-/// stderr in this locale, the install fallback's "cannot re-use a name"
-/// included.
+/// The message locale of helm: at start-up helm loads kubectl's message catalog
+/// for it, which it never prints from, and the French one is far smaller than
+/// the default English one (measured: docs/benchmarks.md, "Helm's flags and
+/// environment"). helm's own messages are not translated, so the e2e tests read
+/// its stderr (the install fallback's "cannot re-use a name" included) as in English.
 const HELM_MESSAGES_LOCALE: &str = "fr_FR.UTF-8";
 
 #[derive(Debug, thiserror::Error)]

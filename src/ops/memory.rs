@@ -3,12 +3,9 @@
 //!
 //! glibc's malloc keeps the pages it grew into for a burst (the initial list
 //! of every watched object, a restart's resync of every instance) after they
-//! are freed. Trimming when no reconcile has run for a moment returns them.
-//! Measured after a restart with 1000 Running instances (hack/bench.sh): 60-62
-//! MiB resident with it, of which 46 MiB anonymous and live (a fixed mmap and
-//! trim threshold freed nothing more); 64 MiB in the session before it. musl's
-//! malloc (the container image) unmaps freed memory itself; there this does
-//! nothing.
+//! are freed. Trimming when no reconcile has run for a moment returns them
+//! (measured: docs/benchmarks.md, "Heap trimming"); musl's malloc (the
+//! container image) unmaps freed memory itself, and there this does nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

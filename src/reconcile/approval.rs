@@ -1,5 +1,5 @@
 //! Approvals recorded on the cluster by someone other than the tenant, and
-//! the pure decisions made from them (tenancy model, SPEC §11).
+//! the pure decisions made from them (tenancy model: README.md, "Security model").
 //!
 //! A tenant can write anything in their own namespace, so no approval may
 //! live there: cluster roles and discovery are approved by namespace labels

@@ -307,7 +307,7 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
 /// rules → observe → validate → plan → execute → status.
 async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
     // Every path that returns before a plan re-renders the instance first
-    // withdraws what approvals no longer cover (SPEC §14): a tenant cannot
+    // withdraws what approvals no longer cover (README.md, "Security model"): a tenant cannot
     // keep a grant by suspending, breaking the spec or failing another gate.
     let warnings = match validate::spec_rules(inst, &ctx.settings) {
         Ok(warnings) => warnings,

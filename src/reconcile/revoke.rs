@@ -1,4 +1,4 @@
-//! Approvals taken back win in every state (SPEC §14). Whatever the instance
+//! Approvals taken back win in every state (README.md, "Security model"). Whatever the instance
 //! is doing (suspended, an invalid spec, a namespace gate failing first),
 //! what an approval granted is withdrawn as soon as the approval is gone:
 //! the reconcile calls [`revoke`] on each path that returns before a plan

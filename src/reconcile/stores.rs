@@ -151,11 +151,10 @@ where
     }
 }
 
-/// Objects per page of a watch's initial list. Each page arrives whole and
-/// is decoded into full objects before they are cut down for the cache, so
-/// with the default 500 a restart facing 1000 instances held ~13 such pages
-/// at once (96 MiB resident after the resync, against 56 MiB during the
-/// rollout that created them); pages of 100 cost a few more requests.
+/// Objects per page of a watch's initial list. Each page arrives whole and is
+/// decoded into full objects before they are cut down for the cache, so small
+/// pages keep a restart's peak memory low for a few more requests (measured:
+/// docs/benchmarks.md, "Watch list pages").
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// The watch configuration every store starts from.
@@ -228,9 +227,8 @@ const OWNED_ANNOTATIONS_READ: [&str; 3] = [
 
 /// [`slim`], and for objects the instances own also their labels and the
 /// annotations no stage reads: what is left is existence, owners, writers
-/// and the operator's own marks. With the events change in `Context::event`
-/// it took the peak heap at 400 new instances from 19.3 to 14.6 MB
-/// (BENCH_HEAP_PROFILE=1 hack/bench.sh).
+/// and the operator's own marks, so caches of many owned objects stay small
+/// (measured: docs/benchmarks.md, "Slim caches of owned objects").
 pub fn slim_owned(meta: &mut ObjectMeta) {
     slim(meta);
     meta.labels = None;

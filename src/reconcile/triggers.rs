@@ -89,11 +89,11 @@ where
         .flat_map(futures::stream::iter)
 }
 
-/// A new object nobody but the operator (and its helm) wrote was created by
-/// a reconcile of its owner, which reads the caches again when it next runs:
-/// waking the owner for it only repeats that reconcile (about one extra per
-/// new instance, measured with hack/bench.sh). Its later changes (a rollout's
-/// status, another writer) and its deletion still wake the owner.
+/// A new object nobody but the operator (and its helm) wrote was created by a
+/// reconcile of its owner, which reads the caches again when it next runs, so
+/// waking the owner for it only repeats that reconcile (measured:
+/// docs/benchmarks.md, "New objects do not wake their owner"). Its later
+/// changes (a rollout's status, another writer) and its deletion still wake it.
 fn written_only_by_us(meta: &ObjectMeta) -> bool {
     let mut writers = meta.managed_fields.iter().flatten().peekable();
     writers.peek().is_some()

@@ -1,14 +1,12 @@
 //! What this process wrote that the cache may not show yet: the status it
 //! last wrote for each instance, and the instances whose finalizer it removed.
 //!
-//! A reconcile woken right after a status write (the Route admitted, the
-//! Deployment available a moment later) can read the instance from the cache
-//! before the write's watch event has arrived. Taking that old status for the
-//! current one, it sent the Running event a second time and wrote the status
-//! again with other transition times: at 1000 new instances, 582 of them got
-//! two Running events. While the cache still shows the very object a write was
-//! made over (same uid and resourceVersion), the reconcile reads the status
-//! that write set instead.
+//! A reconcile woken right after a status write can read the instance from the
+//! cache before the write's watch event arrived, and taking that old status for
+//! the current one sent the Running event twice and rewrote the status
+//! (measured: docs/benchmarks.md, "Statuses the cache does not show yet"). So
+//! while the cache still shows the very object a write was made over (same uid
+//! and resourceVersion), the reconcile reads the status that write set instead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -99,8 +97,9 @@ impl WrittenStatuses {
 
 /// Instances (by uid) whose finalizer this process removed. A reconcile woken
 /// by the deletion of their objects can still find them in the cache, with the
-/// finalizer; it ran the whole cleanup a second time (at 1000 deletions, 697
-/// times: a "Deleted" event again, and a finalizer patch that failed with 404).
+/// finalizer, and ran the whole cleanup a second time: a "Deleted" event again
+/// and a finalizer patch that failed with 404 (measured: docs/benchmarks.md,
+/// "Finalizers the cache does not show yet").
 #[derive(Default)]
 pub struct Finalized(Mutex<HashMap<String, Instant>>);
 

@@ -2,7 +2,6 @@
 //! (the image builds only `tinycode-operator`): the local control-plane setup
 //! behind `tinycode-local` and the end-to-end tests, and the OLM bundle writer
 //! (`tinycode-local bundle`).
-#![deny(warnings)]
 
 pub mod bundle;
 pub mod devcluster;

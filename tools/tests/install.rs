@@ -3,7 +3,7 @@
 //! nodes, no controller-manager): install, prepare a namespace, apply every
 //! sample, uninstall, then all of it a second time. Assertions read the API.
 //!
-//! The control plane is shared with tests/e2e (never at the same time: cargo
+//! The control plane is shared with tools/tests/e2e (never at the same time: cargo
 //! runs test binaries one after another). Uninstall removes the operator's
 //! ClusterRole, SCCs and namespace, which e2e re-creates in its setup, and
 //! keeps the CRD, which e2e needs. Without a controller-manager a deleted
@@ -149,7 +149,7 @@ impl Cluster {
 }
 
 /// Leaves nothing Terminating behind, also when an assertion fails midway
-/// (tests/e2e installs into tinycode-operator-system next).
+/// (tools/tests/e2e installs into tinycode-operator-system next).
 struct Cleanup<'a> {
     cluster: &'a Cluster,
     instance_ns: String,

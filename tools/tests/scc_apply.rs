@@ -6,7 +6,7 @@
 //! `priority: 0`. A `priority: null` copy is refused client-side, which shows
 //! the check bites.
 //!
-//! The control plane is shared, and tests/install.rs asserts that the real SCC
+//! The control plane is shared, and tools/tests/install.rs asserts that the real SCC
 //! names come and go with install/uninstall, so the SCCs are applied under
 //! names unique to this run (the schema does not depend on the name) and
 //! deleted afterwards.

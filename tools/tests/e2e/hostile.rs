@@ -1,4 +1,4 @@
-//! Tenants, round two (SPEC §14): each scenario is an attack run as a tenant
+//! Tenants, round two (README.md, "Security model"): each scenario is an attack run as a tenant
 //! (impersonated, admin of their own namespace only) against the operator
 //! under its generated RBAC: input meant to exhaust it, timing meant to keep
 //! a grant a cluster-admin took back, a namespace the tenant prepared
