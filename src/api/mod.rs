@@ -102,9 +102,11 @@ pub struct TinycodeInstanceSpec {
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
 
+    /// CPU and memory of the tinycode container.
     #[serde(default)]
     pub resources: Resources,
 
+    /// Where the data and the project workspace live: PVCs or a host directory.
     #[serde(default)]
     pub storage: Storage,
 
@@ -113,21 +115,27 @@ pub struct TinycodeInstanceSpec {
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub hostname: Option<String>,
 
+    /// TLS termination of the Route: edge (default), passthrough or reencrypt.
     #[serde(default)]
     pub tls_termination: TlsTermination,
 
+    /// A local model server: Ollama deployed with the instance, or an external one.
     #[serde(default)]
     pub ollama: Ollama,
 
+    /// How the UI is protected.
     #[serde(default)]
     pub auth: Auth,
 
+    /// A shell on the node for the agent (privileged: needs a cluster-admin's approval).
     #[serde(default)]
     pub shell: Shell,
 
+    /// Node labels the tinycode pods must run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
 
+    /// Tolerations of the tinycode pods (Kubernetes' own type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
 
@@ -136,6 +144,7 @@ pub struct TinycodeInstanceSpec {
     #[schemars(length(min = 1, max = 253))]
     pub model: Option<String>,
 
+    /// Cluster-admin mode: a kubeconfig (and optionally a cluster role) for the agent.
     #[serde(default)]
     pub cluster_admin: ClusterAdmin,
 
@@ -144,9 +153,11 @@ pub struct TinycodeInstanceSpec {
     #[schemars(length(max = 20))]
     pub vllm: Option<Vec<VllmProvider>>,
 
+    /// Find vLLM servers by annotated Services, in this namespace and approved others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<Discovery>,
 
+    /// Clone a git repository into the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<Git>,
 

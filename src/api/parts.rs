@@ -11,8 +11,10 @@ use super::*;
         .message("spec.resources.requests.memory must not exceed spec.resources.limits.memory"),
 )]
 pub struct Resources {
+    /// Most the container may use (default 2 CPUs, 2Gi).
     #[serde(default = "default_limits")]
     pub limits: ResourceAmounts,
+    /// What the scheduler reserves (default 200m, 512Mi).
     #[serde(default = "default_requests")]
     pub requests: ResourceAmounts,
 }
@@ -25,9 +27,11 @@ impl Default for Resources {
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ResourceAmounts {
+    /// CPU as a Kubernetes quantity (200m, 2).
     #[x_kube(validation = Rule::new("isQuantity(self)").message("cpu must be a Kubernetes quantity such as 200m or 2"))]
     #[schemars(length(max = 32))]
     pub cpu: String,
+    /// Memory as a Kubernetes quantity (512Mi, 2Gi).
     #[x_kube(validation = Rule::new("isQuantity(self)").message("memory must be a Kubernetes quantity such as 512Mi or 2Gi"))]
     #[schemars(length(max = 32))]
     pub memory: String,
@@ -74,6 +78,8 @@ pub struct Storage {
     #[x_kube(validation = Rule::new("isQuantity(self)").message("spec.storage.projectsSize must be a Kubernetes quantity such as 10Gi"))]
     #[schemars(length(max = 32))]
     pub projects_size: String,
+    /// Access mode of the projects PVC: ReadWriteOnce (default) or
+    /// ReadWriteMany (needs a StorageClass that offers it; required for replicas > 1).
     #[serde(default)]
     pub projects_access_mode: AccessMode,
     /// StorageClass for the PVCs; the cluster default when unset.
@@ -107,6 +113,8 @@ pub struct HostPath {
     /// Absolute path on the node.
     #[schemars(pattern(r"^/"), length(min = 1, max = 4096))]
     pub path: String,
+    /// Mount it read-only. Writable host directories need the namespace
+    /// approval tinycode.dev/allow-hostpath=readwrite.
     #[serde(default)]
     pub read_only: bool,
 }
@@ -181,7 +189,8 @@ pub struct Shell {
     /// Host shell through hostPID (tinycode-shell SCC; needs namespace approval).
     #[serde(default)]
     pub enabled: bool,
-    /// Recorded only; enforcement is future work.
+    /// Advisory only: recorded, not enforced. The agent can run any command the
+    /// shell allows; do not rely on this list as a security boundary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 100), inner(length(max = 253)))]
     pub allowed_commands: Option<Vec<String>>,
@@ -196,14 +205,18 @@ pub struct Shell {
         .message("spec.clusterAdmin.clusterRole is bound only in cluster-admin mode: set spec.clusterAdmin.enabled to true or remove clusterRole"),
 )]
 pub struct ClusterAdmin {
+    /// Mount a kubeconfig (and install oc) so the agent can operate a cluster.
     #[serde(default)]
     pub enabled: bool,
+    /// Secret holding the kubeconfig (required when enabled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub kubeconfig_secret_name: Option<String>,
+    /// Key of that Secret holding the kubeconfig (default kubeconfig).
     #[serde(default = "default_kubeconfig_key")]
     #[schemars(pattern(r"^[-._a-zA-Z0-9]+$"), length(min = 1, max = 253))]
     pub kubeconfig_secret_key: String,
+    /// oc client version the container downloads at start (default stable).
     #[serde(default = "default_oc_version")]
     #[schemars(pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), length(max = 64))]
     pub oc_version: String,
@@ -237,8 +250,10 @@ impl Default for ClusterAdmin {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VllmProvider {
+    /// Provider name in the generated config (unique in the list).
     #[schemars(pattern(VLLM_NAME_PATTERN), length(min = 1, max = 63))]
     pub name: String,
+    /// Base URL of the OpenAI-compatible API, e.g. http://vllm.models.svc:8000/v1.
     #[x_kube(validation = Rule::new(HTTP_URL_HYGIENE_RULE)
         .message("spec.vllm[].url: no credentials, query or fragment in the URL; give the server's base URL such as http://vllm.models.svc:8000"))]
     #[schemars(pattern(HTTP_URL_PATTERN), length(max = 2048))]
@@ -272,18 +287,23 @@ pub struct Discovery {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Git {
+    /// Repository to clone (https or ssh; credentials go in credentialsSecret).
     #[x_kube(validation = Rule::new(GIT_URL_HYGIENE_RULE)
         .message("spec.git.url must not hold credentials (user:password@ or token@), a query or a fragment: put credentials in spec.git.credentialsSecret, not in the URL"))]
     #[schemars(pattern(GIT_URL_PATTERN), length(max = 2048))]
     pub url: String,
+    /// Branch to check out; the repository's default branch when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(GIT_BRANCH_PATTERN), length(min = 1, max = 255))]
     pub branch: Option<String>,
+    /// Secret with username and password (HTTPS) or ssh-privatekey (SSH).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
+    /// Pull the branch each time the pod starts (the first start always clones).
     #[serde(default)]
     pub pull_on_restart: bool,
+    /// Clone depth (default 1: the latest commit only).
     #[serde(default = "default_depth")]
     #[schemars(range(min = 1, max = 1000000))]
     pub depth: i32,
