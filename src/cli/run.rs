@@ -76,7 +76,8 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         stop_rx.clone(),
         metrics.clone(),
     )
-    .map_err(|e| fail(1, "cannot create helm's working directory", e))?;
+    .map_err(|e| fail(1, "cannot create helm's working directory", e))?
+    .with_record_lookup(client.clone());
     let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
     let concurrency = args.concurrency();
     tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), concurrency, "tinycode-operator starting");

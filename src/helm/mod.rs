@@ -22,7 +22,7 @@ pub mod manifest;
 pub mod release;
 pub mod remediation;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -60,8 +60,9 @@ const HELM_GOGC: &str = "400";
 /// The message locale of helm: at start-up helm loads kubectl's message catalog
 /// for it, which it never prints from, and the French one is far smaller than
 /// the default English one (measured: docs/benchmarks.md, "Helm's flags and
-/// environment"). helm's own messages are not translated, so the e2e tests read
-/// its stderr (the install fallback's "cannot re-use a name" included) as in English.
+/// environment"). No decision reads helm's messages (failed installs and
+/// uninstalls are judged by the release records), so their language cannot
+/// change one; the e2e install-race test runs the fallback under this locale.
 const HELM_MESSAGES_LOCALE: &str = "fr_FR.UTF-8";
 
 #[derive(Debug, thiserror::Error)]
@@ -102,8 +103,17 @@ impl Mode {
     }
 }
 
-/// What `helm install` says when a record of the release exists after all.
-const NAME_IN_USE: &str = "cannot re-use a name that is still in use";
+/// Whether a failed `helm install` met a release that existed before it
+/// (helm refuses to re-use the name and writes nothing), judged by the
+/// records' labels: anything but the single failed first revision a failed
+/// install leaves behind. A lone failed revision 1 may be either; the next
+/// reconcile sees it and upgrades.
+fn install_met_a_release(records: &[BTreeMap<String, String>]) -> bool {
+    let own_failure = |l: &BTreeMap<String, String>| {
+        l.get("status").map(String::as_str) == Some("failed") && l.get("version").map(String::as_str) == Some("1")
+    };
+    !records.is_empty() && !(records.len() == 1 && own_failure(&records[0]))
+}
 
 /// Result of a successful install or upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +137,9 @@ pub struct Helm {
     /// Random per process; every record this process's upgrades write carries
     /// it in the label [`crate::helm::release::WRITER_LABEL`].
     writer: Arc<str>,
+    /// Reads release records after a failed install or uninstall, to decide
+    /// from them (never from helm's message text) what the failure meant.
+    records: Option<kube::Client>,
 }
 
 /// Marks a release busy for as long as it lives.
@@ -158,7 +171,34 @@ impl Helm {
         // --disable-openapi-validation no longer fetches came from its HTTP cache.
         let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
         let writer = crate::render::secret::random_password(20).map_err(std::io::Error::other)?.into();
-        Ok(Self { bin, chart, timeout, home: Arc::new(home), running: Arc::default(), shutdown, metrics, writer })
+        Ok(Self {
+            bin,
+            chart,
+            timeout,
+            home: Arc::new(home),
+            running: Arc::default(),
+            shutdown,
+            metrics,
+            writer,
+            records: None,
+        })
+    }
+
+    /// Lets failed installs and uninstalls be judged by the release records
+    /// (without it, each failure is returned as it is).
+    pub fn with_record_lookup(mut self, client: kube::Client) -> Self {
+        self.records = Some(client);
+        self
+    }
+
+    /// The labels of the release's records (helm's `status`, `version`, ...),
+    /// or None when they could not be read.
+    async fn record_labels(&self, namespace: &str, release: &str) -> Option<Vec<BTreeMap<String, String>>> {
+        let client = self.records.clone()?;
+        let api: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client, namespace);
+        let lp = kube::api::ListParams::default().labels(&format!("owner=helm,name={release}"));
+        let list = api.list_metadata(&lp).await.ok()?;
+        Some(list.items.into_iter().map(|m| m.metadata.labels.unwrap_or_default()).collect())
     }
 
     /// This process's mark on the release records it writes.
@@ -193,8 +233,12 @@ impl Helm {
         let writer = format!("{}={}", crate::helm::release::WRITER_LABEL, self.writer);
         let args = apply_args(mode, release, &chart, namespace, &values_path, &writer);
         let stdout = match self.run(mode.action(), namespace, release, &args).await {
-            // A record the operator's watch had not shown yet: upgrade it.
-            Err(HelmError::Failed { stderr, .. }) if mode == Mode::Install && stderr.contains(NAME_IN_USE) => {
+            Err(e @ HelmError::Failed { .. }) if mode == Mode::Install => {
+                // A record the operator's watch had not shown yet: upgrade it.
+                let labels = self.record_labels(namespace, release).await.unwrap_or_default();
+                if !install_met_a_release(&labels) {
+                    return Err(e);
+                }
                 let args = apply_args(Mode::Upgrade, release, &chart, namespace, &values_path, &writer);
                 self.run(Mode::Upgrade.action(), namespace, release, &args).await?
             }
@@ -217,7 +261,11 @@ impl Helm {
         let namespace = storage_namespace;
         let args = ["uninstall", release, "--namespace", namespace, "--no-hooks"];
         match self.run("uninstall", namespace, release, &args).await {
-            Err(HelmError::Failed { stderr, .. }) if stderr.contains("not found") => Ok(()),
+            // No record left: nothing to uninstall (helm says "not found").
+            Err(e @ HelmError::Failed { .. }) => match self.record_labels(namespace, release).await {
+                Some(records) if records.is_empty() => Ok(()),
+                _ => Err(e),
+            },
             other => other.map(drop),
         }
     }
@@ -371,6 +419,24 @@ pub fn excerpt(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The install fallback decides from the records' labels, so helm's
+    /// message language can never change it.
+    #[test]
+    fn a_failed_install_upgrades_only_a_release_that_existed_before_it() {
+        let record =
+            |version: &str, status: &str| labels(&[("owner", "helm"), ("version", version), ("status", status)]);
+        assert!(!install_met_a_release(&[]), "no record: the install itself failed before writing one");
+        assert!(!install_met_a_release(&[record("1", "failed")]), "the failed first revision the install left");
+        assert!(install_met_a_release(&[record("1", "deployed")]));
+        assert!(install_met_a_release(&[record("1", "pending-install")]));
+        assert!(install_met_a_release(&[record("1", "superseded"), record("2", "failed")]));
+        assert!(install_met_a_release(&[record("3", "failed")]));
+    }
 
     #[test]
     fn helm_applies_skip_only_checks_the_operator_guarantees() {

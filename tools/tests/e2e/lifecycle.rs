@@ -310,7 +310,8 @@ pub async fn an_install_that_meets_a_record_upgrades_it(env: &mut Env) -> TestRe
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let chart = repo_root().join("helm-charts/tinycode");
     let helm = Helm::new(env.helm.clone(), chart, Duration::from_secs(120), stopped, Arc::new(Metrics::new()))
-        .ctx("helm home")?;
+        .ctx("helm home")?
+        .with_record_lookup(env.client().await);
     let v = super::default_values(&ns, "dev");
     // Records in the test namespace: this test plays the operator's helm, not the operator.
     let release = naming::release_name(&ns, "dev");
