@@ -1,7 +1,10 @@
 //! End-to-end tests of the operator against a real kube-apiserver with real
 //! helm. One control plane and one operator process serve every scenario;
 //! each scenario has its own namespace. Run with `make test` (or
-//! `cargo test --test e2e -- [FILTER]`).
+//! `cargo test --test e2e -- [FILTER...]`; libtest's flags such as `--exact`,
+//! `--skip` and `--list` work). The scenarios run one at a time, in the order
+//! listed: the Kubernetes ones last, since the first of them to run removes
+//! the OpenShift APIs (each Kubernetes scenario makes sure that happened).
 
 mod harness;
 mod hostile;
@@ -15,6 +18,7 @@ mod tenancy;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use harness::*;
@@ -26,6 +30,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use kubernetes::*;
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use lifecycle::*;
 use requests::*;
 use serde_json::{Value, json};
@@ -37,20 +42,112 @@ use tinycode_operator::render::naming;
 
 type Scenario = for<'a> fn(&'a mut Env) -> Pin<Box<dyn Future<Output = TestResult> + 'a>>;
 
-enum Outcome {
-    Passed,
-    Failed(String),
-    Skipped(String),
-}
-
 macro_rules! scenarios {
     ($($name:ident),* $(,)?) => {
         vec![$((stringify!($name), (|env| Box::pin($name(env))) as Scenario)),*]
     };
 }
 
+/// The scenario that removes the OpenShift APIs; every Kubernetes scenario needs it first.
+const PLATFORM_SWITCH: &str = "k8s_platform_is_detected_without_openshift_apis";
+/// Longest a scenario may take.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// What the scenarios share: one runtime, and one control plane and operator
+/// set up by the first scenario that runs.
+struct Suite {
+    runtime: tokio::runtime::Runtime,
+    env: Mutex<Option<Result<Env, String>>>,
+    /// The platform switch's result, once it ran.
+    switched: Mutex<Option<TestResult>>,
+}
+
+impl Suite {
+    fn run(&self, name: &str, scenario: Scenario) -> Result<Completion, Failed> {
+        let mut env = self.env.lock().unwrap_or_else(PoisonError::into_inner);
+        let env = env.get_or_insert_with(|| self.runtime.block_on(setup()));
+        let env = env.as_mut().map_err(|e| Failed::from(format!("e2e setup failed: {e}")))?;
+        let result = if name == PLATFORM_SWITCH {
+            self.switch(env, scenario)
+        } else if name.starts_with("k8s_") {
+            match self.switch(env, scenario_switch()) {
+                Ok(()) => self.run_scenario(env, scenario),
+                Err(e) => Err(format!("{PLATFORM_SWITCH} failed first: {e}")),
+            }
+        } else {
+            self.run_scenario(env, scenario)
+        };
+        match result {
+            Ok(()) => Ok(Completion::Completed),
+            Err(e) if e.starts_with("SKIP:") => Ok(Completion::ignored_with(e)),
+            Err(e) => Err(format!("{e}\n\noperator log (last lines):\n{}", env.operator_log_tail()).into()),
+        }
+    }
+
+    fn run_scenario(&self, env: &mut Env, scenario: Scenario) -> TestResult {
+        // The timer must be made inside the runtime.
+        match self.runtime.block_on(async { tokio::time::timeout(SCENARIO_TIMEOUT, scenario(env)).await }) {
+            Ok(result) => result,
+            Err(_) => Err(format!("scenario took longer than {SCENARIO_TIMEOUT:?}")),
+        }
+    }
+
+    /// Runs the platform switch once; later callers get its result.
+    fn switch(&self, env: &mut Env, scenario: Scenario) -> TestResult {
+        let mut switched = self.switched.lock().unwrap_or_else(PoisonError::into_inner);
+        switched.get_or_insert_with(|| self.run_scenario(env, scenario)).clone()
+    }
+
+    fn finish(&self) {
+        if let Some(Ok(env)) = self.env.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            env.stop_operator();
+        }
+    }
+}
+
+fn scenario_switch() -> Scenario {
+    |env| Box::pin(k8s_platform_is_detected_without_openshift_apis(env))
+}
+
+async fn setup() -> Result<Env, String> {
+    let started = Instant::now();
+    let mut env = Env::setup().await?;
+    println!(
+        "control plane ready in {:.1}s (OpenShift schemas: {})",
+        started.elapsed().as_secs_f64(),
+        if env.real_openshift_schemas { "real, from ../shared/openshift-crds" } else { "operator stand-ins" }
+    );
+    env.start_operator().map_err(|e| format!("cannot start the operator: {e}"))?;
+    Ok(env)
+}
+
+/// libtest takes one name filter; this suite takes several (any may match),
+/// so positional arguments are applied here and the rest go to libtest.
+fn split_filters(args: Vec<String>) -> (Vec<String>, Vec<String>) {
+    const WITH_VALUE: [&str; 6] = ["--skip", "--test-threads", "--format", "--color", "--logfile", "-Z"];
+    let (mut filters, mut rest) = (Vec::new(), Vec::new());
+    let mut iter = args.into_iter();
+    if let Some(program) = iter.next() {
+        rest.push(program);
+    }
+    while let Some(arg) = iter.next() {
+        if WITH_VALUE.contains(&arg.as_str()) {
+            rest.push(arg);
+            rest.extend(iter.next());
+        } else if arg.starts_with('-') {
+            rest.push(arg);
+        } else {
+            filters.push(arg);
+        }
+    }
+    (filters, rest)
+}
+
 fn main() {
-    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let (filters, rest) = split_filters(std::env::args().collect());
+    let mut args = Arguments::from_iter(rest);
+    // One control plane and one operator: the scenarios run one at a time, in order.
+    args.test_threads = Some(1);
     let all = scenarios![
         admission_rejects_invalid_instances,
         basic_instance_converges,
@@ -98,74 +195,23 @@ fn main() {
         k8s_hostpath_needs_both_labels,
         no_permission_errors_in_any_scenario,
     ];
-    // A Kubernetes scenario needs the OpenShift APIs removed first, so selecting one selects that step.
-    let wanted = |n: &str| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()));
-    let any_k8s = all.iter().any(|(n, _)| n.starts_with("k8s_") && wanted(n));
-    let selected: Vec<_> = all
-        .into_iter()
-        .filter(|(n, _)| wanted(n) || (any_k8s && *n == "k8s_platform_is_detected_without_openshift_apis"))
-        .collect();
-    if selected.is_empty() {
-        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
-        return;
-    }
+    let matches = |name: &str| {
+        filters.is_empty() || filters.iter().any(|f| if args.exact { name == f } else { name.contains(f.as_str()) })
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let code = runtime.block_on(async move {
-        println!("\nrunning {} tests", selected.len());
-        let started = Instant::now();
-        let mut env = match Env::setup().await {
-            Ok(env) => env,
-            Err(e) => {
-                println!("e2e setup failed: {e}");
-                println!("\ntest result: FAILED. 0 passed; {} failed; 0 ignored; 0 measured; 0 filtered out", selected.len());
-                return 1;
-            }
-        };
-        println!("control plane ready in {:.1}s (OpenShift schemas: {})", started.elapsed().as_secs_f64(), if env.real_openshift_schemas { "real, from ../shared/openshift-crds" } else { "operator stand-ins" });
-        if let Err(e) = env.start_operator() {
-            println!("cannot start the operator: {e}");
-            return 1;
-        }
-        let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-        let mut failures = Vec::new();
-        for (name, scenario) in selected {
-            let t = Instant::now();
-            let outcome = match tokio::time::timeout(Duration::from_secs(240), scenario(&mut env)).await {
-                Ok(Ok(())) => Outcome::Passed,
-                Ok(Err(e)) if e.starts_with("SKIP:") => Outcome::Skipped(e),
-                Ok(Err(e)) => Outcome::Failed(e),
-                Err(_) => Outcome::Failed("scenario took longer than 240 s".into()),
-            };
-            let secs = t.elapsed().as_secs_f64();
-            match outcome {
-                Outcome::Passed => {
-                    passed += 1;
-                    println!("test {name} ... ok ({secs:.1}s)");
-                }
-                Outcome::Skipped(why) => {
-                    skipped += 1;
-                    println!("test {name} ... ignored ({why})");
-                }
-                Outcome::Failed(e) => {
-                    failed += 1;
-                    println!("test {name} ... FAILED ({secs:.1}s)");
-                    failures.push((name, e));
-                }
-            }
-        }
-        if !failures.is_empty() {
-            println!("\nfailures:");
-            for (name, e) in &failures {
-                println!("---- {name} ----\n{e}\n");
-            }
-            println!("operator log (last lines):\n{}\n", env.operator_log_tail());
-        }
-        env.stop_operator();
-        let verdict = if failed == 0 { "ok" } else { "FAILED" };
-        println!("\ntest result: {verdict}. {passed} passed; {failed} failed; {skipped} ignored; 0 measured; 0 filtered out; finished in {:.1}s\n", started.elapsed().as_secs_f64());
-        i32::from(failed > 0)
-    });
-    std::process::exit(code);
+    let suite = Arc::new(Suite { runtime, env: Mutex::new(None), switched: Mutex::new(None) });
+    let trials: Vec<Trial> = all
+        .into_iter()
+        .filter(|(name, _)| matches(name))
+        .map(|(name, scenario)| {
+            let suite = suite.clone();
+            let kind = if name.starts_with("k8s_") { "kubernetes" } else { "openshift" };
+            Trial::ignorable_test(name, move || suite.run(name, scenario)).with_kind(kind)
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    suite.finish();
+    conclusion.exit();
 }
 
 /// The tinycode container's memory limit.
