@@ -430,7 +430,7 @@ impl Cached {
         let records_api = Api::<Meta<Secret>>::namespaced(client.clone(), operator_namespace);
         // Of a record, the stages read its name, labels and creation time only.
         let trim = |r: &mut Meta<Secret>| r.metadata.managed_fields = None;
-        let (records, s) = reflect_trimmed(records_api, config().labels("owner=helm"), trim);
+        let (records, s) = reflect_trimmed(records_api, config().labels(crate::helm::RECORDS_SELECTOR), trim);
         drive(s);
         let sccs = platform.sccs.then(|| {
             let (store, s) = reflect_meta(Api::<Meta<SecurityContextConstraints>>::all(client.clone()), any());
