@@ -14,6 +14,7 @@
 
 pub mod approval;
 pub mod cleanup;
+pub mod condition_types;
 pub mod conditions;
 pub mod discover;
 pub mod error;

@@ -2,7 +2,7 @@
 //! the condition a reason sets, its metric label and its event reason cannot
 //! disagree, and matching on a reason is checked by the compiler.
 
-use crate::reconcile::conditions::{CLUSTER_ADMIN_READY, READY};
+use crate::reconcile::condition_types::{CLUSTER_ADMIN_READY, READY};
 
 /// A blocking reason; its name (CamelCase) is the condition and event reason.
 /// The list of reasons ([`Blocked::ALL`]) and their names ([`Blocked::as_str`],
