@@ -36,6 +36,14 @@ use tokio::sync::watch;
 use crate::ops::metrics::Metrics;
 use crate::render::values::Values;
 
+/// Label selector of helm's release records (one Secret per revision).
+pub const RECORDS_SELECTOR: &str = "owner=helm";
+
+/// Label selector of the records of one release.
+pub fn record_selector(release: &str) -> String {
+    format!("{RECORDS_SELECTOR},name={release}")
+}
+
 /// Longest stderr excerpt kept for status messages.
 const STDERR_KEEP: usize = 600;
 /// Revisions Helm keeps per release (each is a Secret in the namespace).
@@ -436,6 +444,11 @@ mod tests {
         assert!(install_met_a_release(&[record("1", "pending-install")]));
         assert!(install_met_a_release(&[record("1", "superseded"), record("2", "failed")]));
         assert!(install_met_a_release(&[record("3", "failed")]));
+    }
+
+    #[test]
+    fn a_release_records_are_selected_by_helm_s_labels() {
+        assert_eq!(record_selector("team-dev"), "owner=helm,name=team-dev");
     }
 
     #[test]

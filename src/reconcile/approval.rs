@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::ClusterAdmin;
+use crate::api::{ClusterAdmin, TinycodeInstanceSpec};
 
 /// Namespace label naming the one ClusterRole instances there may bind.
 pub const ALLOW_CLUSTER_ROLE_LABEL: &str = "tinycode.dev/allow-cluster-role";
@@ -75,6 +75,18 @@ pub fn kubeconfig_not_shared_message(secret: &str, source_ns: &str, namespace: &
     format!(
         "Secret {secret} in namespace {source_ns} is not shared with namespace {namespace}; its owner shares it with `oc annotate secret {secret} -n {source_ns} {KUBECONFIG_SHARE_ANNOTATION}={namespace}` (a comma-separated list of namespaces), or create the Secret in {namespace}"
     )
+}
+
+/// The namespaces an instance lists for vLLM discovery (`*` for all).
+pub fn requested_discovery(spec: &TinycodeInstanceSpec) -> impl Iterator<Item = &String> + Clone {
+    spec.discovery.iter().flat_map(|d| d.namespaces.iter())
+}
+
+/// Namespaces besides its own whose Services the instance may discover
+/// ([`discovery_namespaces`] of what it lists).
+pub fn approved_discovery(ns: &str, spec: &TinycodeInstanceSpec, labelled: &BTreeSet<String>) -> Vec<String> {
+    let requested: Vec<String> = requested_discovery(spec).cloned().collect();
+    discovery_namespaces(&requested, ns, labelled).0
 }
 
 /// Namespaces (other than the instance's own) whose Services an instance may
@@ -174,5 +186,13 @@ mod tests {
         assert!(warn[0].contains("other") && warn[0].contains("oc label namespace other"));
         let (ok, warn) = discovery_namespaces(&["*".into()], "team", &labelled);
         assert_eq!((ok, warn.len()), (vec!["models".to_string()], 0));
+
+        let spec = |namespaces: &[&str]| -> TinycodeInstanceSpec {
+            serde_json::from_value(serde_json::json!({"discovery": {"namespaces": namespaces}})).unwrap()
+        };
+        assert!(approved_discovery("team", &spec(&[]), &labelled).is_empty());
+        assert!(approved_discovery("team", &spec(&["team"]), &labelled).is_empty(), "its own is not another");
+        assert_eq!(approved_discovery("team", &spec(&["*"]), &labelled), ["models"]);
+        assert_eq!(approved_discovery("team", &spec(&["models", "other"]), &labelled), ["models"]);
     }
 }

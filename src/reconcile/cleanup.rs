@@ -102,7 +102,7 @@ async fn uninstall_release(
 ) -> Result<(), Error> {
     let storage_ns = &ctx.settings.operator_namespace;
     let records_api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
-    let selector = ListParams::default().labels(&format!("owner=helm,name={release_name}"));
+    let selector = ListParams::default().labels(&crate::helm::record_selector(release_name));
     if records_api.list_metadata(&selector).await?.items.is_empty() {
         return Ok(());
     }

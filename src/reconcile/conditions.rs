@@ -6,16 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{Condition, Phase, TinycodeInstanceStatus};
 
-pub const READY: &str = "Ready";
-pub const VLLM_WARNING: &str = "VllmWarning";
-pub const VLLM_CONFIG_READY: &str = "VllmConfigReady";
-pub const CLUSTER_ADMIN_READY: &str = "ClusterAdminReady";
-/// Kubernetes only: whether the Ingress exists and has an address, or how else to reach the instance.
-pub const INGRESS_READY: &str = "IngressReady";
-/// kstatus: work is in progress (a rollout, a helm run to retry).
-pub const RECONCILING: &str = "Reconciling";
-/// kstatus: the operator gave up until something changes.
-pub const STALLED: &str = "Stalled";
+pub use crate::reconcile::condition_types::{
+    CLUSTER_ADMIN_READY, INGRESS_READY, READY, RECONCILING, STALLED, VLLM_CONFIG_READY, VLLM_WARNING,
+};
 /// Annotation whose changed value asks for one full reconcile, helm included.
 pub const RECONCILE_REQUEST_ANNOTATION: &str = "tinycode.dev/reconcile-requested-at";
 

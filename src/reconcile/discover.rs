@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::ListParams;
 
+pub use crate::reconcile::approval::approved_discovery;
 use crate::reconcile::{Context, approval};
 use crate::vllm;
 
 /// Namespaces labelled open to discovery, when the instance asks for any besides its own.
 pub fn labelled_namespaces(ctx: &Context, ns: &str, spec: &crate::api::TinycodeInstanceSpec) -> BTreeSet<String> {
-    let requested = spec.discovery.iter().flat_map(|d| d.namespaces.iter());
-    if requested.clone().all(|n| n == ns) {
+    if approval::requested_discovery(spec).all(|n| n == ns) {
         return BTreeSet::new();
     }
     ctx.stores
@@ -27,19 +27,6 @@ pub fn labelled_namespaces(ctx: &Context, ns: &str, spec: &crate::api::TinycodeI
         })
         .filter_map(|n| n.metadata.name.clone())
         .collect()
-}
-
-/// Namespaces besides its own whose Services the instance may discover.
-pub fn approved_discovery(
-    ns: &str,
-    spec: &crate::api::TinycodeInstanceSpec,
-    labelled: &BTreeSet<String>,
-) -> Vec<String> {
-    let requested: Vec<String> = spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()).collect();
-    if requested.iter().all(|n| n == ns) {
-        return Vec::new();
-    }
-    approval::discovery_namespaces(&requested, ns, labelled).0
 }
 
 /// Services annotated `tinycode.dev/discover=vllm` in the instance namespace

@@ -70,7 +70,7 @@ impl Error {
     /// The condition type besides Ready this error sets False, if any.
     pub fn condition_type(&self) -> Option<&'static str> {
         match self {
-            Error::Blocked { reason, .. } if reason.condition_type() != crate::reconcile::conditions::READY => {
+            Error::Blocked { reason, .. } if reason.condition_type() != crate::reconcile::condition_types::READY => {
                 Some(reason.condition_type())
             }
             _ => None,

@@ -14,6 +14,7 @@
 
 pub mod approval;
 pub mod cleanup;
+pub mod condition_types;
 pub mod conditions;
 pub mod discover;
 pub mod error;
@@ -32,7 +33,6 @@ pub mod validate;
 pub mod written;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -160,18 +160,6 @@ pub struct RunOptions {
     pub concurrency: u16,
 }
 
-/// What of an instance can change a reconcile's outcome: its own status
-/// writes are not among it.
-fn hash_instance(inst: &TinycodeInstance) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    inst.metadata.generation.hash(&mut h);
-    inst.metadata.annotations.hash(&mut h);
-    inst.metadata.labels.hash(&mut h);
-    inst.metadata.finalizers.hash(&mut h);
-    inst.metadata.deletion_timestamp.as_ref().map(|t| t.0.as_second()).hash(&mut h);
-    h.finish()
-}
-
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
     client: Client,
@@ -187,7 +175,7 @@ pub async fn run(
     let (reader, events) = stores::reflect(instances, stores::config());
     let config = kube::runtime::controller::Config::default().concurrency(opts.concurrency);
     let controller =
-        Controller::for_stream(triggers::relevant(events, hash_instance), reader.clone()).with_config(config);
+        Controller::for_stream(triggers::relevant(events, triggers::hash_instance), reader.clone()).with_config(config);
     let (platform, operator_ns) = (settings.platform, settings.operator_namespace.clone());
     let (stores, controller) = stores::start(&client, platform, &operator_ns, scope, controller, reader.clone());
     let ctx = Arc::new(Context::new(client, settings, helm, metrics, stores));
@@ -370,6 +358,8 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
 }
 
+/// The `namespace/name` an instance is known by in metrics and in
+/// [`written::WrittenStatuses`].
 pub(crate) fn instance_key(inst: &TinycodeInstance) -> String {
     format!("{}/{}", inst.namespace().unwrap_or_default(), inst.name_any())
 }

@@ -2,10 +2,12 @@
 //! the condition a reason sets, its metric label and its event reason cannot
 //! disagree, and matching on a reason is checked by the compiler.
 
-use crate::reconcile::conditions::{CLUSTER_ADMIN_READY, READY};
+use crate::reconcile::condition_types::{CLUSTER_ADMIN_READY, READY};
 
 /// A blocking reason; its name (CamelCase) is the condition and event reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The list of reasons ([`Blocked::ALL`]) and their names ([`Blocked::as_str`],
+/// `Display`) are derived from the variants, so a new reason is one line here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr, strum::Display)]
 pub enum Blocked {
     NamespaceNotEnabled,
     NamespaceNotPrepared,
@@ -27,47 +29,12 @@ pub enum Blocked {
 }
 
 impl Blocked {
-    pub const ALL: [Blocked; 17] = [
-        Blocked::NamespaceNotEnabled,
-        Blocked::NamespaceNotPrepared,
-        Blocked::SccNotApproved,
-        Blocked::SccMissing,
-        Blocked::PodSecurityNotAllowed,
-        Blocked::ClusterRoleNotApproved,
-        Blocked::PasswordSecretMissing,
-        Blocked::PasswordSecretInvalid,
-        Blocked::PasswordGenerationFailed,
-        Blocked::GitCredentialsMissing,
-        Blocked::KubeconfigNotShared,
-        Blocked::KubeconfigSecretMissing,
-        Blocked::KubeconfigKeyMissing,
-        Blocked::KubeconfigInvalid,
-        Blocked::ReleaseRecordUnreadable,
-        Blocked::HelmOperationPending,
-        Blocked::FinalizerError,
-    ];
+    /// Every reason, in declaration order.
+    pub const ALL: &'static [Blocked] = <Blocked as strum::VariantArray>::VARIANTS;
 
     /// The reason as conditions, events and the metrics' `result` label spell it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Blocked::NamespaceNotEnabled => "NamespaceNotEnabled",
-            Blocked::NamespaceNotPrepared => "NamespaceNotPrepared",
-            Blocked::SccNotApproved => "SccNotApproved",
-            Blocked::SccMissing => "SccMissing",
-            Blocked::PodSecurityNotAllowed => "PodSecurityNotAllowed",
-            Blocked::ClusterRoleNotApproved => "ClusterRoleNotApproved",
-            Blocked::PasswordSecretMissing => "PasswordSecretMissing",
-            Blocked::PasswordSecretInvalid => "PasswordSecretInvalid",
-            Blocked::PasswordGenerationFailed => "PasswordGenerationFailed",
-            Blocked::GitCredentialsMissing => "GitCredentialsMissing",
-            Blocked::KubeconfigNotShared => "KubeconfigNotShared",
-            Blocked::KubeconfigSecretMissing => "KubeconfigSecretMissing",
-            Blocked::KubeconfigKeyMissing => "KubeconfigKeyMissing",
-            Blocked::KubeconfigInvalid => "KubeconfigInvalid",
-            Blocked::ReleaseRecordUnreadable => "ReleaseRecordUnreadable",
-            Blocked::HelmOperationPending => "HelmOperationPending",
-            Blocked::FinalizerError => "FinalizerError",
-        }
+        self.into()
     }
 
     /// Besides Ready (always False while blocked), the condition this reason
@@ -84,12 +51,6 @@ impl Blocked {
     }
 }
 
-impl std::fmt::Display for Blocked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,7 +60,9 @@ mod tests {
         let names: std::collections::BTreeSet<_> = Blocked::ALL.iter().map(|b| b.as_str()).collect();
         assert_eq!(names.len(), Blocked::ALL.len());
         assert!(names.iter().all(|n| n.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && !n.contains(' ')));
-        assert!(Blocked::ALL.iter().all(|b| format!("{b:?}") == b.as_str()));
+        assert!(Blocked::ALL.iter().all(|b| format!("{b:?}") == b.as_str() && b.to_string() == b.as_str()));
+        assert_eq!(Blocked::ALL.first(), Some(&Blocked::NamespaceNotEnabled));
+        assert_eq!(Blocked::ALL.last(), Some(&Blocked::FinalizerError));
     }
 
     #[test]

@@ -65,34 +65,87 @@ impl Stores {
     /// Waits until every store has listed once (reads before that would
     /// see an empty cluster and, say, re-install every release).
     pub async fn ready(&self) {
-        macro_rules! wait {
-            ($($s:expr),*) => { $( wait_store(&$s).await; )* };
-        }
-        wait!(
-            self.namespaces,
-            self.deployments,
-            self.services,
-            self.service_accounts,
-            self.config_maps,
-            self.network_policies,
-            self.roles,
-            self.role_bindings,
-            self.pvcs,
-            self.cluster_role_bindings,
-            self.records
-        );
-        if let Some(s) = &self.sccs {
+        // Every store is named here, so a new one that is not waited for
+        // does not build.
+        let Stores {
+            namespaces,
+            sccs,
+            deployments,
+            services,
+            service_accounts,
+            config_maps,
+            network_policies,
+            roles,
+            role_bindings,
+            pvcs,
+            cluster_role_bindings,
+            records,
+            routes,
+            ingresses,
+            ingress_classes,
+            scope: _,
+        } = self;
+        wait_store(namespaces).await;
+        wait_store(deployments).await;
+        wait_store(services).await;
+        wait_store(service_accounts).await;
+        wait_store(config_maps).await;
+        wait_store(network_policies).await;
+        wait_store(roles).await;
+        wait_store(role_bindings).await;
+        wait_store(pvcs).await;
+        wait_store(cluster_role_bindings).await;
+        wait_store(records).await;
+        if let Some(s) = sccs {
             wait_store(s).await;
         }
-        if let Some(s) = &self.routes {
+        if let Some(s) = routes {
             wait_store(s).await;
         }
-        if let Some(s) = &self.ingresses {
+        if let Some(s) = ingresses {
             wait_store(s).await;
         }
-        if let Some(s) = &self.ingress_classes {
+        if let Some(s) = ingress_classes {
             wait_store(s).await;
         }
+    }
+
+    /// The stores of kinds a release renders, which [`Stores::meta`] reads,
+    /// each known by its own kind's name. Every store is named here, so a new
+    /// one is either listed or said to be left out, or this does not build.
+    fn rendered(&self) -> [&dyn RenderedStore; 9] {
+        let Stores {
+            deployments,
+            services,
+            service_accounts,
+            config_maps,
+            network_policies,
+            roles,
+            role_bindings,
+            pvcs,
+            cluster_role_bindings,
+            // Not rendered by a release: namespaces, SCCs and IngressClasses
+            // are the cluster's, records are helm's own.
+            namespaces: _,
+            sccs: _,
+            ingress_classes: _,
+            records: _,
+            // Rendered too, but not read by kind: `meta` leaves them to the API server.
+            routes: _,
+            ingresses: _,
+            scope: _,
+        } = self;
+        [
+            deployments,
+            services,
+            service_accounts,
+            config_maps,
+            network_policies,
+            roles,
+            role_bindings,
+            pvcs,
+            cluster_role_bindings,
+        ]
     }
 
     /// The metadata of an object a release rendered, by kind.
@@ -101,17 +154,9 @@ impl Stores {
         if ns.is_some() && !self.covers(namespace) {
             return Lookup::NotCached;
         }
-        match kind {
-            "Deployment" => lookup(&self.deployments, ns, name, |d| d.metadata.clone()),
-            "Service" => lookup(&self.services, ns, name, |s| s.metadata.clone()),
-            "ServiceAccount" => lookup(&self.service_accounts, ns, name, |m| m.metadata.clone()),
-            "ConfigMap" => lookup(&self.config_maps, ns, name, |m| m.metadata.clone()),
-            "NetworkPolicy" => lookup(&self.network_policies, ns, name, |m| m.metadata.clone()),
-            "Role" => lookup(&self.roles, ns, name, |m| m.metadata.clone()),
-            "RoleBinding" => lookup(&self.role_bindings, ns, name, |m| m.metadata.clone()),
-            "PersistentVolumeClaim" => lookup(&self.pvcs, ns, name, |m| m.metadata.clone()),
-            "ClusterRoleBinding" => lookup(&self.cluster_role_bindings, None, name, |c| c.metadata.clone()),
-            _ => Lookup::NotCached,
+        match self.rendered().into_iter().find(|s| s.kind() == kind) {
+            Some(store) => store.lookup(ns, name),
+            None => Lookup::NotCached,
         }
     }
 
@@ -121,18 +166,34 @@ impl Stores {
     }
 }
 
-fn lookup<K, F>(store: &Store<K>, ns: Option<&str>, name: &str, meta: F) -> Lookup
+/// A store [`Stores::meta`] reads, whatever its kind.
+trait RenderedStore {
+    /// The kind's name, as a manifest spells it.
+    fn kind(&self) -> std::borrow::Cow<'static, str>;
+    /// The metadata of one object (cluster-scoped kinds ignore `ns`).
+    fn lookup(&self, ns: Option<&str>, name: &str) -> Lookup;
+}
+
+impl<K> RenderedStore for Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
-    F: Fn(&K) -> ObjectMeta,
+    K::Scope: 'static,
 {
-    let key = match ns {
-        Some(ns) => ObjectRef::new(name).within(ns),
-        None => ObjectRef::new(name),
-    };
-    match store.get(&key) {
-        Some(obj) => Lookup::Found(Box::new(meta(&obj))),
-        None => Lookup::Missing,
+    fn kind(&self) -> std::borrow::Cow<'static, str> {
+        K::kind(&())
+    }
+
+    fn lookup(&self, ns: Option<&str>, name: &str) -> Lookup {
+        let cluster_scoped =
+            std::any::TypeId::of::<K::Scope>() == std::any::TypeId::of::<k8s_openapi::ClusterResourceScope>();
+        let key = match ns {
+            Some(ns) if !cluster_scoped => ObjectRef::new(name).within(ns),
+            _ => ObjectRef::new(name),
+        };
+        match self.get(&key) {
+            Some(obj) => Lookup::Found(Box::new(obj.meta().clone())),
+            None => Lookup::Missing,
+        }
     }
 }
 
@@ -369,7 +430,7 @@ impl Cached {
         let records_api = Api::<Meta<Secret>>::namespaced(client.clone(), operator_namespace);
         // Of a record, the stages read its name, labels and creation time only.
         let trim = |r: &mut Meta<Secret>| r.metadata.managed_fields = None;
-        let (records, s) = reflect_trimmed(records_api, config().labels("owner=helm"), trim);
+        let (records, s) = reflect_trimmed(records_api, config().labels(crate::helm::RECORDS_SELECTOR), trim);
         drive(s);
         let sccs = platform.sccs.then(|| {
             let (store, s) = reflect_meta(Api::<Meta<SecurityContextConstraints>>::all(client.clone()), any());
@@ -439,6 +500,73 @@ mod tests {
             }]),
             ..Default::default()
         }
+    }
+
+    /// A store holding `objs`, as a watch would fill it.
+    fn filled<K: Resource<DynamicType = ()> + Clone + 'static>(objs: Vec<K>) -> Store<K> {
+        let (reader, mut writer) = reflector::store();
+        for obj in objs {
+            writer.apply_watcher_event(&watcher::Event::Apply(obj));
+        }
+        reader
+    }
+
+    fn named(name: &str, namespace: Option<&str>) -> ObjectMeta {
+        ObjectMeta { name: Some(name.into()), namespace: namespace.map(Into::into), ..Default::default() }
+    }
+
+    #[test]
+    fn rendered_kinds_are_named_by_their_stores_types() {
+        let stores = empty(crate::platform::Platform::OPENSHIFT);
+        let kinds: Vec<String> = stores.rendered().iter().map(|s| s.kind().into_owned()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "Deployment",
+                "Service",
+                "ServiceAccount",
+                "ConfigMap",
+                "NetworkPolicy",
+                "Role",
+                "RoleBinding",
+                "PersistentVolumeClaim",
+                "ClusterRoleBinding"
+            ]
+        );
+    }
+
+    #[test]
+    fn meta_reads_the_store_of_the_kind_asked_for() {
+        let mut stores = empty(crate::platform::Platform::OPENSHIFT);
+        stores.deployments =
+            filled(vec![Deployment { metadata: named("dev-tinycode", Some("team")), ..Default::default() }]);
+        stores.config_maps =
+            filled(vec![Meta::<ConfigMap> { metadata: named("dev-tinycode", Some("team")), ..Default::default() }]);
+        stores.cluster_role_bindings =
+            filled(vec![ClusterRoleBinding { metadata: named("team-dev-tinycode", None), ..Default::default() }]);
+        let found = |l: Lookup| match l {
+            Lookup::Found(m) => (m.name, m.namespace),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            found(stores.meta("Deployment", "team", "dev-tinycode")),
+            (Some("dev-tinycode".into()), Some("team".into()))
+        );
+        assert_eq!(found(stores.meta("ConfigMap", "team", "dev-tinycode")).0.as_deref(), Some("dev-tinycode"));
+        assert_eq!(stores.meta("Deployment", "other", "dev-tinycode"), Lookup::Missing, "by namespace too");
+        assert_eq!(stores.meta("Service", "team", "dev-tinycode"), Lookup::Missing, "each kind its own store");
+        // A cluster-scoped kind is found whatever namespace the manifest gave.
+        assert_eq!(found(stores.meta("ClusterRoleBinding", "", "team-dev-tinycode")).1, None);
+        assert_eq!(found(stores.meta("ClusterRoleBinding", "team", "team-dev-tinycode")).1, None);
+        // Kinds without a store here are asked of the API server.
+        assert_eq!(stores.meta("Route", "team", "dev-tinycode"), Lookup::NotCached);
+        assert_eq!(stores.meta("Secret", "team", "dev-tinycode"), Lookup::NotCached);
+        stores.scope = Some("elsewhere".into());
+        assert_eq!(
+            stores.meta("Deployment", "team", "dev-tinycode"),
+            Lookup::NotCached,
+            "outside the watched namespace"
+        );
     }
 
     #[test]

@@ -20,10 +20,7 @@ use crate::platform::openshift::Route;
 /// controllers, a resync) wakes nobody. Writes to the object by any manager
 /// show in `managedFields` (status subresource writes excepted).
 pub fn meta_hash(meta: &ObjectMeta, h: &mut DefaultHasher) {
-    meta.labels.hash(h);
-    meta.annotations.hash(h);
-    meta.generation.hash(h);
-    meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()).hash(h);
+    own_hash(meta, h);
     for o in meta.owner_references.iter().flatten() {
         o.uid.hash(h);
     }
@@ -35,6 +32,28 @@ pub fn meta_hash(meta: &ObjectMeta, h: &mut DefaultHasher) {
         m.operation.hash(h);
         m.time.as_ref().map(|t| t.0.as_second()).hash(h);
     }
+}
+
+/// What every hash here reads of an object's metadata: its labels,
+/// annotations, generation and whether it is going.
+fn own_hash(meta: &ObjectMeta, h: &mut DefaultHasher) {
+    meta.labels.hash(h);
+    meta.annotations.hash(h);
+    meta.generation.hash(h);
+    meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()).hash(h);
+}
+
+/// Instances: what of one can change its reconcile's outcome ([`own_hash`]
+/// and its finalizers); its own status writes are not among it. Unlike
+/// [`meta_hash`] it leaves out owners and writers: an instance has no owner
+/// the reconcile reads, and any change to its spec shows in its generation,
+/// while an edit of an owned object (whose drift the reconcile repairs) may
+/// show only in `managedFields`.
+pub fn hash_instance<K: Resource>(inst: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    own_hash(inst.meta(), &mut h);
+    inst.meta().finalizers.hash(&mut h);
+    h.finish()
 }
 
 /// The watch events that may change a reconcile's outcome, as objects:
@@ -172,6 +191,28 @@ mod tests {
                 format!("{}:{}", m.uid.unwrap(), m.labels.unwrap()["l"])
             })
             .collect()
+    }
+
+    #[test]
+    fn an_instance_wakes_its_reconcile_for_what_the_reconcile_reads_only() {
+        use crate::api::{TinycodeInstance, TinycodeInstanceStatus};
+        let mut inst = TinycodeInstance::new("dev", serde_json::from_value(serde_json::json!({})).unwrap());
+        inst.metadata.generation = Some(1);
+        let base = hash_instance(&inst);
+        let mut status = inst.clone();
+        status.status = Some(TinycodeInstanceStatus { url: Some("https://x".into()), ..Default::default() });
+        status.metadata.managed_fields =
+            Some(vec![ManagedFieldsEntry { manager: Some("m".into()), ..Default::default() }]);
+        assert_eq!(hash_instance(&status), base, "a status write, or who wrote, wakes nobody");
+        let mut finalized = inst.clone();
+        finalized.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        assert_ne!(hash_instance(&finalized), base);
+        let mut edited = inst.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(hash_instance(&edited), base);
+        let mut labelled = inst;
+        labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert_ne!(hash_instance(&labelled), base);
     }
 
     #[test]

@@ -12,9 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
-
 use crate::api::{TinycodeInstance, TinycodeInstanceStatus};
+use crate::reconcile::instance_key as key;
 
 /// Statuses written, by `namespace/name`.
 #[derive(Default)]
@@ -33,10 +32,6 @@ struct Written {
 
 /// Longest row of writes over a trailing cache that is remembered.
 const ROW: usize = 8;
-
-fn key(inst: &TinycodeInstance) -> String {
-    format!("{}/{}", inst.namespace().unwrap_or_default(), inst.name_any())
-}
 
 impl WrittenStatuses {
     /// `status` was written over `seen` (the instance as the reconcile read
