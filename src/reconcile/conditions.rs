@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{Condition, Phase, TinycodeInstanceStatus};
+use crate::api::{Condition, Phase, TinycodeInstance, TinycodeInstanceStatus};
 
 pub const READY: &str = "Ready";
 pub const VLLM_WARNING: &str = "VllmWarning";
@@ -18,6 +18,11 @@ pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
 /// Annotation whose changed value asks for one full reconcile, helm included.
 pub const RECONCILE_REQUEST_ANNOTATION: &str = "tinycode.dev/reconcile-requested-at";
+
+/// The value of the reconcile-request annotation, if set.
+pub fn reconcile_request(inst: &TinycodeInstance) -> Option<String> {
+    inst.metadata.annotations.as_ref().and_then(|a| a.get(RECONCILE_REQUEST_ANNOTATION)).cloned()
+}
 
 /// A condition as the reconcile wants it, before transition times.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,14 +16,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 use serde::Serialize;
 
-use crate::api::TinycodeInstance;
 use crate::helm::release::{self, Record, ReleaseStatus};
 use crate::helm::{Mode, manifest};
 use crate::platform::openshift::Route;
 use crate::platform::scc::{self, SccTier};
-use crate::reconcile::conditions::{self, Desired};
+use crate::reconcile::conditions::Desired;
 use crate::reconcile::observe::{Observed, ReleaseFacts};
-use crate::reconcile::validate::{PASSWORD_KEY, ValidInstance};
+use crate::reconcile::validate::{PASSWORD_KEY, ReconcileRequest, ValidInstance};
 use crate::render::values::{self, Approved, InstanceRef, Values};
 use crate::render::{config, ingress, naming, route};
 use crate::settings::Settings;
@@ -176,10 +175,10 @@ pub enum Exposure {
 }
 
 /// The writes for `valid` given `observed`.
-pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance, settings: &Settings) -> Plan {
-    let spec = &inst.spec;
+pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> Plan {
+    let spec = &valid.spec;
     let (name, ns) = (valid.name.as_str(), valid.namespace.as_str());
-    let owner = owner_reference(inst);
+    let owner = valid.owner.clone();
     let mounted: Vec<&str> = valid.mounted.iter().map(String::as_str).filter(|d| !d.is_empty()).collect();
     let approved = Approved {
         cluster_role: valid.cluster_role.clone(),
@@ -193,9 +192,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance,
     let config_json = config::generate(spec, &vllm::served_by_name(&observed.providers));
     let instance = InstanceRef { name, namespace: ns, uid: &valid.uid };
     let values = values::build(&instance, spec, settings, &approved, config_json);
-    let request = reconcile_request(inst);
-    let handled = inst.status.as_ref().and_then(|s| s.last_handled_reconcile_at.clone());
-    let unhandled = request.as_deref().filter(|_| request != handled);
+    let unhandled = valid.request.as_ref().and_then(ReconcileRequest::unhandled);
     let release = release_state(&observed.release, observed.deployment.as_deref(), &values, unhandled);
     let helm = next_action(&release);
     let mut conditions =
@@ -219,10 +216,10 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance,
         helm,
         pending: observed.release.records.iter().filter(|r| r.is_pending()).cloned().collect(),
         revision: release.revision(),
-        exposure: exposure(valid, observed, inst, settings, owner),
+        exposure: exposure(valid, observed, settings, owner),
         conditions,
         warnings: valid.warnings.clone(),
-        request,
+        request: valid.request.as_ref().map(|r| r.value.clone()),
     }
 }
 
@@ -364,16 +361,10 @@ fn kubeconfig_copy(valid: &ValidInstance, observed: &Observed, owner: &OwnerRefe
     needs_apply(live, &hash).then_some(copy)
 }
 
-fn exposure(
-    valid: &ValidInstance,
-    observed: &Observed,
-    inst: &TinycodeInstance,
-    settings: &Settings,
-    owner: OwnerReference,
-) -> Exposure {
+fn exposure(valid: &ValidInstance, observed: &Observed, settings: &Settings, owner: OwnerReference) -> Exposure {
     let (name, ns) = (valid.name.as_str(), valid.namespace.as_str());
     if settings.platform.routes {
-        let mut desired = route::build(name, ns, &inst.spec, owner);
+        let mut desired = route::build(name, ns, &valid.spec, owner);
         let hash = stamp(&mut desired);
         let live = observed.route.clone();
         let apply = needs_apply(live.as_ref().map(|r| &r.metadata), &hash).then_some(desired);
@@ -381,7 +372,7 @@ fn exposure(
     }
     let class = settings.ingress.class.clone().or_else(|| observed.default_ingress_class.clone());
     let live = observed.ingress.clone();
-    match ingress::build(name, ns, &inst.spec, owner, &settings.ingress, class) {
+    match ingress::build(name, ns, &valid.spec, owner, &settings.ingress, class) {
         Some(mut desired) => {
             let hash = stamp(&mut desired);
             let apply = needs_apply(live.as_ref().map(|i| &i.metadata), &hash).then_some(desired);
@@ -418,23 +409,6 @@ pub fn needs_apply(live: Option<&ObjectMeta>, hash: &str) -> bool {
         .filter_map(|m| m.time.as_ref().map(|t| t.0))
         .max();
     ours.is_none() || release::foreign_write_after(meta, ours).is_some()
-}
-
-/// The instance as owner of what the operator creates for it.
-pub fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {
-    OwnerReference {
-        api_version: TinycodeInstance::api_version(&()).into_owned(),
-        kind: TinycodeInstance::kind(&()).into_owned(),
-        name: inst.metadata.name.clone().unwrap_or_default(),
-        uid: inst.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: None,
-    }
-}
-
-/// The value of the reconcile-request annotation, if set.
-pub fn reconcile_request(inst: &TinycodeInstance) -> Option<String> {
-    inst.metadata.annotations.as_ref().and_then(|a| a.get(conditions::RECONCILE_REQUEST_ANNOTATION)).cloned()
 }
 
 #[cfg(test)]

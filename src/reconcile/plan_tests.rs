@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::helm::manifest;
+use crate::api::TinycodeInstance;
+use crate::reconcile::conditions;
 use crate::reconcile::observe::{Observed, ReleaseFacts, SecretFacts};
 use crate::reconcile::validate;
 
@@ -80,7 +81,7 @@ fn deployment(hash: &str, writers: Vec<ManagedFieldsEntry>) -> Deployment {
 pub(crate) fn plan_for(inst: &TinycodeInstance, observed: &Observed) -> Plan {
     let settings = Settings::default();
     let valid = validate::validate(observed, inst, &settings, Vec::new()).expect("valid");
-    plan(&valid, observed, inst, &settings)
+    plan(&valid, observed, &settings)
 }
 
 fn svc(name: &str) -> manifest::ObjectRef {
@@ -382,11 +383,11 @@ fn tier_changes_leave_grants_to_delete_and_role_changes_replace_the_binding() {
     obs.bound_cluster_role = Some("edit".into());
     let settings = Settings::default();
     let valid = validate::validate(&obs, &inst, &settings, Vec::new()).expect("valid");
-    let p = plan(&valid, &obs, &inst, &settings);
+    let p = plan(&valid, &obs, &settings);
     assert_eq!(p.stale_grants, vec![naming::scc_grant("dev", "privileged")]);
     assert!(p.replace_cluster_role_binding, "a binding of another role is replaced");
     obs.bound_cluster_role = Some("view".into());
-    assert!(!plan(&valid, &obs, &inst, &settings).replace_cluster_role_binding);
+    assert!(!plan(&valid, &obs, &settings).replace_cluster_role_binding);
 }
 
 #[test]
