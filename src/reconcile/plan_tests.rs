@@ -416,34 +416,3 @@ fn a_generated_password_is_created_once_and_digested_before_it_exists() {
     assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");
     assert!(plan_for(&inst, &obs2).password_secret.is_none());
 }
-
-#[test]
-fn a_namespace_without_the_preparation_label_is_not_prepared() {
-    let inst = instance(serde_json::json!({}));
-    let mut obs = observed();
-    obs.namespace_labels = Some(BTreeMap::new());
-    let e = validate::validate(&obs, &inst, &Settings::default(), Vec::new()).unwrap_err();
-    assert_eq!(e.reason, crate::reconcile::reason::Blocked::NamespaceNotPrepared);
-    let lax = Settings { require_prepared_label: false, ..Default::default() };
-    assert!(validate::validate(&obs, &inst, &lax, Vec::new()).is_ok(), "the flag turns the requirement off");
-}
-
-#[test]
-fn writable_host_directories_need_the_readwrite_approval() {
-    let settings = Settings::default();
-    let hp = |read_only: bool| {
-        instance(serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": read_only}}}))
-    };
-    let with = |value: &str| {
-        let mut obs = observed();
-        obs.namespace_labels.as_mut().unwrap().insert("tinycode.dev/allow-hostpath".into(), value.into());
-        obs
-    };
-    let e = validate::validate(&with("true"), &hp(false), &settings, Vec::new()).unwrap_err();
-    assert_eq!(e.reason, crate::reconcile::reason::Blocked::SccNotApproved);
-    assert!(e.message.contains("tinycode.dev/allow-hostpath=readwrite"), "{}", e.message);
-    assert!(validate::validate(&with("true"), &hp(true), &settings, Vec::new()).is_ok());
-    assert!(validate::validate(&with("readwrite"), &hp(false), &settings, Vec::new()).is_ok());
-    let e = validate::validate(&with("yes"), &hp(true), &settings, Vec::new()).unwrap_err();
-    assert_eq!(e.reason, crate::reconcile::reason::Blocked::SccNotApproved);
-}

@@ -428,3 +428,7 @@ pub fn spec_rules(inst: &TinycodeInstance, settings: &Settings) -> Result<Vec<St
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     rules::validate(&name, &ns, &inst.spec, settings)
 }
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;
