@@ -3,6 +3,11 @@
 //! carries a digest of what it applied; when the cluster's copy still has
 //! that digest and nobody else wrote it since, it is not applied again, so a
 //! resync of an unchanged instance writes nothing.
+//!
+//! Whether helm runs is decided in two steps: [`release_state`] says what
+//! the release is (absent, of an earlier build, failed, pending, requested,
+//! drifted and how, or in sync), and [`next_action`] maps that state to a
+//! helm mode. Only [`ValidInstance`] is read of the instance.
 
 use std::collections::BTreeMap;
 use std::fmt;
