@@ -43,7 +43,7 @@ pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, setting
             return ExitCode::from(1);
         }
     };
-    let plan = crate::reconcile::plan::plan(&valid, &observed, &inst, settings);
+    let plan = crate::reconcile::plan::plan(&valid, &observed, settings);
     let mut warnings = valid.warnings.clone();
     for c in plan.conditions.iter().filter(|_| !offline) {
         if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status
@@ -53,7 +53,7 @@ pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, setting
         }
     }
     warnings.extend(valid.pending_approvals.iter().cloned());
-    let generated = inst.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
+    let generated = valid.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
     let out = json!({
         "release": plan.release_name,
         "releaseNamespace": settings.operator_namespace,

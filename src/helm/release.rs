@@ -11,6 +11,7 @@
 //! (a previous leader stops a renew deadline, shorter than the lease, after
 //! it last renewed; see [`crate::ops::leader`]).
 
+use std::fmt;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,7 +34,7 @@ pub struct Record {
     /// write) is never deleted.
     pub resource_version: Option<String>,
     pub version: i64,
-    pub status: String,
+    pub status: ReleaseStatus,
     pub created: Option<Timestamp>,
     /// [`WRITER_LABEL`], when the record has one.
     pub writer: Option<String>,
@@ -41,7 +42,77 @@ pub struct Record {
 
 impl Record {
     pub fn is_pending(&self) -> bool {
-        self.status.starts_with("pending-")
+        self.status.is_pending()
+    }
+}
+
+/// A revision's state, as Helm labels its record (`status=<state>`), read
+/// once from the label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReleaseStatus {
+    Deployed,
+    Failed,
+    PendingInstall,
+    PendingUpgrade,
+    PendingRollback,
+    Superseded,
+    Uninstalling,
+    Uninstalled,
+    /// Helm's own `unknown`, or a label this build does not know: kept as written.
+    Unknown(String),
+}
+
+impl ReleaseStatus {
+    /// The state a record's `status` label names.
+    pub fn parse(label: &str) -> Self {
+        match label {
+            "deployed" => Self::Deployed,
+            "failed" => Self::Failed,
+            "pending-install" => Self::PendingInstall,
+            "pending-upgrade" => Self::PendingUpgrade,
+            "pending-rollback" => Self::PendingRollback,
+            "superseded" => Self::Superseded,
+            "uninstalling" => Self::Uninstalling,
+            "uninstalled" => Self::Uninstalled,
+            other => Self::Unknown(other.to_string()),
+        }
+    }
+
+    /// The label value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Deployed => "deployed",
+            Self::Failed => "failed",
+            Self::PendingInstall => "pending-install",
+            Self::PendingUpgrade => "pending-upgrade",
+            Self::PendingRollback => "pending-rollback",
+            Self::Superseded => "superseded",
+            Self::Uninstalling => "uninstalling",
+            Self::Uninstalled => "uninstalled",
+            Self::Unknown(label) => label,
+        }
+    }
+
+    /// A helm operation started and has not finished (or was interrupted):
+    /// every later helm run on the release is refused while it stands. A
+    /// `pending-*` state a newer helm adds counts too.
+    pub fn is_pending(&self) -> bool {
+        match self {
+            Self::PendingInstall | Self::PendingUpgrade | Self::PendingRollback => true,
+            Self::Unknown(label) => label.starts_with("pending-"),
+            _ => false,
+        }
+    }
+
+    /// The revision was deployed at some point (it is, or a later one replaced it).
+    pub fn was_deployed(&self) -> bool {
+        matches!(self, Self::Deployed | Self::Superseded)
+    }
+}
+
+impl fmt::Display for ReleaseStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -58,7 +129,7 @@ pub fn records(metas: &[ObjectMeta]) -> Vec<Record> {
                 secret_name: m.name.clone()?,
                 resource_version: m.resource_version.clone(),
                 version: labels.get("version")?.parse().ok()?,
-                status: labels.get("status")?.clone(),
+                status: ReleaseStatus::parse(labels.get("status")?),
                 created: m.creation_timestamp.as_ref().map(|t| t.0),
                 writer: labels.get(WRITER_LABEL).cloned(),
             })
@@ -81,10 +152,7 @@ pub fn latest(records: &[Record]) -> Option<&Record> {
 /// The newest revision before `failed` that was deployed (now `deployed` or
 /// `superseded`): where a failed upgrade rolls back to.
 pub fn last_good(records: &[Record], failed: i64) -> Option<&Record> {
-    records
-        .iter()
-        .filter(|r| r.version < failed && (r.status == "deployed" || r.status == "superseded"))
-        .max_by_key(|r| r.version)
+    records.iter().filter(|r| r.version < failed && r.status.was_deployed()).max_by_key(|r| r.version)
 }
 
 /// What this process knows when deciding about a pending record.
@@ -203,6 +271,36 @@ mod tests {
     }
 
     #[test]
+    fn the_status_label_is_parsed_once_and_written_back_as_read() {
+        let known = [
+            ("deployed", ReleaseStatus::Deployed),
+            ("failed", ReleaseStatus::Failed),
+            ("pending-install", ReleaseStatus::PendingInstall),
+            ("pending-upgrade", ReleaseStatus::PendingUpgrade),
+            ("pending-rollback", ReleaseStatus::PendingRollback),
+            ("superseded", ReleaseStatus::Superseded),
+            ("uninstalling", ReleaseStatus::Uninstalling),
+            ("uninstalled", ReleaseStatus::Uninstalled),
+            ("unknown", ReleaseStatus::Unknown("unknown".into())),
+        ];
+        for (label, status) in known {
+            assert_eq!(ReleaseStatus::parse(label), status, "{label}");
+            assert_eq!(status.to_string(), label);
+        }
+        let pending: Vec<&str> = ["deployed", "failed", "pending-install", "pending-upgrade", "pending-rollback"]
+            .into_iter()
+            .chain(["superseded", "uninstalling", "uninstalled", "unknown", "pending-future"])
+            .filter(|l| ReleaseStatus::parse(l).is_pending())
+            .collect();
+        assert_eq!(pending, ["pending-install", "pending-upgrade", "pending-rollback", "pending-future"]);
+        let rs = records(&[secret("v1", "1", "superseded", 1), secret("v2", "2", "deployed", 2)]);
+        assert_eq!(
+            rs.iter().map(|r| r.status.clone()).collect::<Vec<_>>(),
+            [ReleaseStatus::Superseded, ReleaseStatus::Deployed]
+        );
+    }
+
+    #[test]
     fn last_good_is_the_newest_deployed_or_superseded_before_the_failure() {
         let rs = records(&[
             secret("v1", "1", "superseded", 1),
@@ -219,7 +317,7 @@ mod tests {
             secret_name: "sh.helm.release.v1.rel.v3".into(),
             resource_version: Some("7".into()),
             version: 3,
-            status: "pending-upgrade".into(),
+            status: ReleaseStatus::PendingUpgrade,
             created: created.map(|s| Timestamp::from_second(s).unwrap()),
             writer: writer.map(Into::into),
         }

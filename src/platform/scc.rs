@@ -248,6 +248,8 @@ mod tests {
             SccTier::Shell.check_approval("team", &hostpath_ok).is_err(),
             "hostpath approval must not approve shell"
         );
+        let e = SccTier::check_host_path_write("team", &hostpath_ok).unwrap_err();
+        assert!(e.contains("`oc label namespace team tinycode.dev/allow-hostpath=readwrite --overwrite`"), "{e}");
     }
 
     #[test]

@@ -4,13 +4,18 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{Condition, Phase, TinycodeInstanceStatus};
+use crate::api::{Condition, Phase, TinycodeInstance, TinycodeInstanceStatus};
 
 pub use crate::reconcile::condition_types::{
     CLUSTER_ADMIN_READY, INGRESS_READY, READY, RECONCILING, STALLED, VLLM_CONFIG_READY, VLLM_WARNING,
 };
 /// Annotation whose changed value asks for one full reconcile, helm included.
 pub const RECONCILE_REQUEST_ANNOTATION: &str = "tinycode.dev/reconcile-requested-at";
+
+/// The value of the reconcile-request annotation, if set.
+pub fn reconcile_request(inst: &TinycodeInstance) -> Option<String> {
+    inst.metadata.annotations.as_ref().and_then(|a| a.get(RECONCILE_REQUEST_ANNOTATION)).cloned()
+}
 
 /// A condition as the reconcile wants it, before transition times.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -140,7 +140,7 @@ async fn roll_back_to_last_good(ctx: &Context, inst: &TinycodeInstance, release_
         return;
     };
     let records = release::records(&list.items.into_iter().map(|m| m.metadata).collect::<Vec<_>>());
-    let Some(failed) = release::latest(&records).filter(|r| r.status == "failed") else { return };
+    let Some(failed) = release::latest(&records).filter(|r| r.status == release::ReleaseStatus::Failed) else { return };
     let Some(good) = release::last_good(&records, failed.version) else { return };
     match ctx.helm.rollback(release_name, storage_ns, good.version).await {
         Ok(()) => {

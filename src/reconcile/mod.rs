@@ -333,7 +333,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
             return Err(Error::blocked(invalid.reason, invalid.message));
         }
     };
-    let plan = plan::plan(&valid, &observed, inst, &ctx.settings);
+    let plan = plan::plan(&valid, &observed, &ctx.settings);
     let outcome = execute::execute(ctx, inst, &plan).await?;
     let deployment = match &plan.helm {
         // After helm the cached Deployment may be the old one; status reads the cache again.

@@ -357,7 +357,7 @@ async fn release_facts(
             .and_then(|a| a.get(HELM_RELEASE_NAMESPACE_ANNOTATION))
             .is_some_and(|release_ns| release_ns == ns);
     let mut rendered = Vec::new();
-    if let Some(latest) = release::latest(&records).filter(|r| r.status == "deployed") {
+    if let Some(latest) = release::latest(&records).filter(|r| r.status == release::ReleaseStatus::Deployed) {
         for obj in rendered_objects(ctx, latest).await?.iter() {
             let meta = match ctx.stores.meta(&obj.kind, &obj.namespace, &obj.name) {
                 Lookup::Found(m) => Some(*m),

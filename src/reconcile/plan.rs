@@ -3,8 +3,14 @@
 //! carries a digest of what it applied; when the cluster's copy still has
 //! that digest and nobody else wrote it since, it is not applied again, so a
 //! resync of an unchanged instance writes nothing.
+//!
+//! Whether helm runs is decided in two steps: [`release_state`] says what
+//! the release is (absent, of an earlier build, failed, pending, requested,
+//! drifted and how, or in sync), and [`next_action`] maps that state to a
+//! helm mode. Only [`ValidInstance`] is read of the instance.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -15,14 +21,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 use serde::Serialize;
 
-use crate::api::TinycodeInstance;
-use crate::helm::Mode;
-use crate::helm::release::{self, Record};
+use crate::helm::release::{self, Record, ReleaseStatus};
+use crate::helm::{Mode, manifest};
 use crate::platform::openshift::Route;
 use crate::platform::scc::{self, SccTier};
-use crate::reconcile::conditions::{self, Desired};
+use crate::reconcile::conditions::Desired;
 use crate::reconcile::observe::{Observed, ReleaseFacts};
-use crate::reconcile::validate::{PASSWORD_KEY, ValidInstance};
+use crate::reconcile::validate::{PASSWORD_KEY, ReconcileRequest, ValidInstance};
 use crate::render::values::{self, Approved, InstanceRef, Values};
 use crate::render::{config, ingress, naming, route};
 use crate::settings::Settings;
@@ -61,13 +66,110 @@ pub struct Plan {
     pub request: Option<String>,
 }
 
-/// Why helm must run.
+/// Helm must run: in which mode, and what state of the release calls for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HelmRun {
-    pub reason: String,
+    /// Why: the release's state (its [`Display`](fmt::Display) is the message of events and logs).
+    pub reason: ReleaseState,
     /// Install, upgrade, or move the release from the instance namespace (an
     /// earlier build) to the operator's ([`Mode::Adopt`]).
     pub mode: Mode,
+}
+
+/// The release, against what the instance wants: the first of these that
+/// holds, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseState {
+    /// No record of the release at all.
+    Absent,
+    /// The instance's objects belong to a release an earlier build kept in
+    /// the instance namespace.
+    Legacy,
+    /// The release has the name an earlier build shortened it to.
+    Renamed { from: String },
+    /// Records exist, but only of helm operations that never finished: the
+    /// release was never installed.
+    Unfinished,
+    /// The latest finished revision is not deployed (failed, or being or
+    /// already uninstalled).
+    NotDeployed { status: ReleaseStatus },
+    /// Deployed, but an interrupted helm operation left a pending record.
+    Pending,
+    /// Deployed, and the reconcile-request annotation asks for a run it has
+    /// not had.
+    Requested { request: String },
+    /// Deployed, and what it rendered is not what the cluster holds.
+    Drifted(Drift),
+    /// Deployed as wanted, at this revision.
+    InSync { revision: i64 },
+}
+
+/// What of a deployed release no longer matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drift {
+    /// The Deployment was rendered from other values (or another chart or
+    /// operator version).
+    ValuesChanged,
+    /// An object of the release is gone.
+    Missing(ReleaseObject),
+    /// A manager other than the operator's wrote an object after the
+    /// release was deployed.
+    WrittenBy { object: ReleaseObject, manager: String },
+}
+
+/// An object of the release, as drift names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseObject {
+    /// The instance's Deployment (in the instance namespace), by name.
+    Deployment(String),
+    /// Another object the latest deployed revision rendered.
+    Rendered(manifest::ObjectRef),
+}
+
+impl ReleaseState {
+    /// The deployed revision, when helm need not run.
+    pub fn revision(&self) -> Option<i64> {
+        match self {
+            ReleaseState::InSync { revision } => Some(*revision),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ReleaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReleaseState::Absent | ReleaseState::Unfinished => f.write_str("release not installed"),
+            ReleaseState::Legacy => f.write_str("release of an earlier build moves to the operator namespace"),
+            ReleaseState::Renamed { from } => {
+                write!(f, "release {from} moves to its current name (a shortened name keeps one dot)")
+            }
+            ReleaseState::NotDeployed { status } => write!(f, "release is {status}"),
+            ReleaseState::Pending => f.write_str("an interrupted helm operation left the release pending"),
+            ReleaseState::Requested { request } => write!(f, "reconcile requested ({request})"),
+            ReleaseState::Drifted(drift) => drift.fmt(f),
+            ReleaseState::InSync { revision } => write!(f, "release deployed at revision {revision}"),
+        }
+    }
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Drift::ValuesChanged => f.write_str("values, chart or operator version changed"),
+            Drift::Missing(object) => write!(f, "{object} is missing"),
+            Drift::WrittenBy { object, manager } => write!(f, "{object} was changed by {manager}"),
+        }
+    }
+}
+
+impl fmt::Display for ReleaseObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReleaseObject::Deployment(name) => write!(f, "Deployment {name}"),
+            ReleaseObject::Rendered(obj) => f.write_str(&obj.describe()),
+        }
+    }
 }
 
 /// How the instance is reached: its Route (OpenShift) or Ingress.
@@ -78,10 +180,10 @@ pub enum Exposure {
 }
 
 /// The writes for `valid` given `observed`.
-pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance, settings: &Settings) -> Plan {
-    let spec = &inst.spec;
+pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> Plan {
+    let spec = &valid.spec;
     let (name, ns) = (valid.name.as_str(), valid.namespace.as_str());
-    let owner = owner_reference(inst);
+    let owner = valid.owner.clone();
     let mounted: Vec<&str> = valid.mounted.iter().map(String::as_str).filter(|d| !d.is_empty()).collect();
     let approved = Approved {
         cluster_role: valid.cluster_role.clone(),
@@ -95,10 +197,9 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance,
     let config_json = config::generate(spec, &vllm::served_by_name(&observed.providers));
     let instance = InstanceRef { name, namespace: ns, uid: &valid.uid };
     let values = values::build(&instance, spec, settings, &approved, config_json);
-    let request = reconcile_request(inst);
-    let handled = inst.status.as_ref().and_then(|s| s.last_handled_reconcile_at.clone());
-    let requested = request.is_some() && request != handled;
-    let (helm, revision) = helm_run(&observed.release, observed.deployment.as_deref(), &values, requested, &request);
+    let unhandled = valid.request.as_ref().and_then(ReconcileRequest::unhandled);
+    let release = release_state(&observed.release, observed.deployment.as_deref(), &values, unhandled);
+    let helm = next_action(&release);
     let mut conditions =
         vllm::conditions_with_skipped(spec, &observed.providers, &observed.discovered, observed.discovery_skipped);
     conditions.extend(valid.cluster_admin_condition.clone());
@@ -119,77 +220,91 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, inst: &TinycodeInstance,
         values,
         helm,
         pending: observed.release.records.iter().filter(|r| r.is_pending()).cloned().collect(),
-        revision,
-        exposure: exposure(valid, observed, inst, settings, owner),
+        revision: release.revision(),
+        exposure: exposure(valid, observed, settings, owner),
         conditions,
         warnings: valid.warnings.clone(),
-        request,
+        request: valid.request.as_ref().map(|r| r.value.clone()),
     }
 }
 
-/// Whether helm must run (and why), else the deployed revision. Helm runs
-/// when the release is missing, not deployed, interrupted, requested, or
-/// when the objects it rendered changed: other values, a missing object, or
-/// a write by another manager since the release was deployed.
-pub fn helm_run(
+/// The state of the release (pure). `request` is the reconcile-request
+/// annotation's value when it has not been handled yet.
+pub fn release_state(
     release: &ReleaseFacts,
     deployment: Option<&Deployment>,
     values: &Values,
-    requested: bool,
-    request: &Option<String>,
-) -> (Option<HelmRun>, Option<i64>) {
-    let run = |reason: String| (Some(HelmRun { reason, mode: Mode::Upgrade }), None);
+    request: Option<&str>,
+) -> ReleaseState {
     let done: Vec<Record> = release.records.iter().filter(|r| !r.is_pending()).cloned().collect();
     let Some(latest) = release::latest(&done) else {
         if release.legacy {
-            let reason = "release of an earlier build moves to the operator namespace".to_string();
-            return (Some(HelmRun { reason, mode: Mode::Adopt }), None);
+            return ReleaseState::Legacy;
         }
-        if let Some(old) = &release.renamed_from {
-            let reason = format!("release {old} moves to its current name (a shortened name keeps one dot)");
-            return (Some(HelmRun { reason, mode: Mode::Adopt }), None);
+        if let Some(from) = &release.renamed_from {
+            return ReleaseState::Renamed { from: from.clone() };
         }
         if release.records.is_empty() {
-            return (Some(HelmRun { reason: "release not installed".into(), mode: Mode::Install }), None);
+            return ReleaseState::Absent;
         }
-        return run("release not installed".into());
+        return ReleaseState::Unfinished;
     };
-    if latest.status != "deployed" {
-        return run(format!("release is {}", latest.status));
+    if latest.status != ReleaseStatus::Deployed {
+        return ReleaseState::NotDeployed { status: latest.status.clone() };
     }
     if release.records.iter().any(Record::is_pending) {
-        return run("an interrupted helm operation left the release pending".into());
+        return ReleaseState::Pending;
     }
-    if requested {
-        return run(format!("reconcile requested ({})", request.clone().unwrap_or_default()));
+    if let Some(request) = request {
+        return ReleaseState::Requested { request: request.to_string() };
     }
     match drift(release, deployment, values, latest) {
-        Some(reason) => run(reason),
-        None => (None, Some(latest.version)),
+        Some(drift) => ReleaseState::Drifted(drift),
+        None => ReleaseState::InSync { revision: latest.version },
     }
 }
 
-fn drift(release: &ReleaseFacts, deployment: Option<&Deployment>, values: &Values, latest: &Record) -> Option<String> {
+/// Whether helm runs for a release in `state`, and how: a release with no
+/// record at all is installed, one of an earlier build (another namespace or
+/// name) is adopted, anything else but in sync is upgraded.
+pub fn next_action(state: &ReleaseState) -> Option<HelmRun> {
+    let mode = match state {
+        ReleaseState::InSync { .. } => return None,
+        ReleaseState::Absent => Mode::Install,
+        ReleaseState::Legacy | ReleaseState::Renamed { .. } => Mode::Adopt,
+        ReleaseState::Unfinished
+        | ReleaseState::NotDeployed { .. }
+        | ReleaseState::Pending
+        | ReleaseState::Requested { .. }
+        | ReleaseState::Drifted(_) => Mode::Upgrade,
+    };
+    Some(HelmRun { reason: state.clone(), mode })
+}
+
+/// What drifted since `latest` was deployed: other values, a missing object,
+/// or a write by another manager.
+fn drift(release: &ReleaseFacts, deployment: Option<&Deployment>, values: &Values, latest: &Record) -> Option<Drift> {
     let fullname = naming::fullname(&values.instance.name);
-    let Some(deployment) = deployment else { return Some(format!("Deployment {fullname} is missing")) };
+    let ours = || ReleaseObject::Deployment(fullname.clone());
+    let Some(deployment) = deployment else { return Some(Drift::Missing(ours())) };
     let applied_hash = deployment.metadata.annotations.as_ref().and_then(|a| a.get(VALUES_HASH_ANNOTATION));
     if applied_hash != Some(&values.values_hash) {
-        return Some("values, chart or operator version changed".into());
+        return Some(Drift::ValuesChanged);
     }
-    if let Some(m) = release::foreign_write_after(&deployment.metadata, latest.created) {
-        return Some(format!("Deployment {fullname} was changed by {m}"));
+    if let Some(manager) = release::foreign_write_after(&deployment.metadata, latest.created) {
+        return Some(Drift::WrittenBy { object: ours(), manager });
     }
     for (obj, meta) in &release.rendered {
         if obj.kind == "Deployment" && obj.name == fullname && obj.namespace == values.instance.namespace {
             continue;
         }
         match meta {
-            None => return Some(format!("{} is missing", obj.describe())),
+            None => return Some(Drift::Missing(ReleaseObject::Rendered(obj.clone()))),
             // PVC specs are immutable and their status churns; only existence matters.
             Some(_) if obj.kind == "PersistentVolumeClaim" => {}
             Some(m) => {
                 if let Some(manager) = release::foreign_write_after(m, latest.created) {
-                    return Some(format!("{} was changed by {manager}", obj.describe()));
+                    return Some(Drift::WrittenBy { object: ReleaseObject::Rendered(obj.clone()), manager });
                 }
             }
         }
@@ -251,16 +366,10 @@ fn kubeconfig_copy(valid: &ValidInstance, observed: &Observed, owner: &OwnerRefe
     needs_apply(live, &hash).then_some(copy)
 }
 
-fn exposure(
-    valid: &ValidInstance,
-    observed: &Observed,
-    inst: &TinycodeInstance,
-    settings: &Settings,
-    owner: OwnerReference,
-) -> Exposure {
+fn exposure(valid: &ValidInstance, observed: &Observed, settings: &Settings, owner: OwnerReference) -> Exposure {
     let (name, ns) = (valid.name.as_str(), valid.namespace.as_str());
     if settings.platform.routes {
-        let mut desired = route::build(name, ns, &inst.spec, owner);
+        let mut desired = route::build(name, ns, &valid.spec, owner);
         let hash = stamp(&mut desired);
         let live = observed.route.clone();
         let apply = needs_apply(live.as_ref().map(|r| &r.metadata), &hash).then_some(desired);
@@ -268,7 +377,7 @@ fn exposure(
     }
     let class = settings.ingress.class.clone().or_else(|| observed.default_ingress_class.clone());
     let live = observed.ingress.clone();
-    match ingress::build(name, ns, &inst.spec, owner, &settings.ingress, class) {
+    match ingress::build(name, ns, &valid.spec, owner, &settings.ingress, class) {
         Some(mut desired) => {
             let hash = stamp(&mut desired);
             let apply = needs_apply(live.as_ref().map(|i| &i.metadata), &hash).then_some(desired);
@@ -305,23 +414,6 @@ pub fn needs_apply(live: Option<&ObjectMeta>, hash: &str) -> bool {
         .filter_map(|m| m.time.as_ref().map(|t| t.0))
         .max();
     ours.is_none() || release::foreign_write_after(meta, ours).is_some()
-}
-
-/// The instance as owner of what the operator creates for it.
-pub fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {
-    OwnerReference {
-        api_version: TinycodeInstance::api_version(&()).into_owned(),
-        kind: TinycodeInstance::kind(&()).into_owned(),
-        name: inst.metadata.name.clone().unwrap_or_default(),
-        uid: inst.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: None,
-    }
-}
-
-/// The value of the reconcile-request annotation, if set.
-pub fn reconcile_request(inst: &TinycodeInstance) -> Option<String> {
-    inst.metadata.annotations.as_ref().and_then(|a| a.get(conditions::RECONCILE_REQUEST_ANNOTATION)).cloned()
 }
 
 #[cfg(test)]

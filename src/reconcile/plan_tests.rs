@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::helm::manifest;
+use crate::api::TinycodeInstance;
+use crate::reconcile::conditions;
 use crate::reconcile::observe::{Observed, ReleaseFacts, SecretFacts};
 use crate::reconcile::validate;
 
@@ -46,12 +47,12 @@ fn managed(manager: &str, secs: i64) -> ManagedFieldsEntry {
     }
 }
 
-fn record(version: i64, status: &str) -> release::Record {
+fn record(version: i64, status: ReleaseStatus) -> release::Record {
     release::Record {
         secret_name: format!("sh.helm.release.v1.r.v{version}"),
         resource_version: None,
         version,
-        status: status.into(),
+        status,
         created: Some(at(0)),
         writer: None,
     }
@@ -80,7 +81,7 @@ fn deployment(hash: &str, writers: Vec<ManagedFieldsEntry>) -> Deployment {
 pub(crate) fn plan_for(inst: &TinycodeInstance, observed: &Observed) -> Plan {
     let settings = Settings::default();
     let valid = validate::validate(observed, inst, &settings, Vec::new()).expect("valid");
-    plan(&valid, observed, inst, &settings)
+    plan(&valid, observed, &settings)
 }
 
 fn svc(name: &str) -> manifest::ObjectRef {
@@ -92,87 +93,235 @@ fn svc(name: &str) -> manifest::ObjectRef {
     }
 }
 
+fn records(statuses: &[ReleaseStatus]) -> ReleaseFacts {
+    let records = statuses.iter().enumerate().map(|(i, s)| record(i as i64 + 1, s.clone())).collect();
+    ReleaseFacts { records, ..Default::default() }
+}
+
 #[test]
-fn helm_runs_only_when_something_changed() {
+fn the_release_state_follows_the_records_and_the_cluster() {
+    use ReleaseStatus::*;
     let inst = instance(serde_json::json!({}));
-    let hash = plan_for(&inst, &observed()).values.values_hash;
-    let deployed =
-        || ReleaseFacts { records: vec![record(1, "superseded"), record(2, "deployed")], ..Default::default() };
-    let ours = vec![managed("helm", 0)];
-    type Case<'a> = (&'a str, ReleaseFacts, Option<Deployment>, bool, Option<&'a str>);
+    let values = plan_for(&inst, &observed()).values;
+    let hash = values.values_hash.clone();
+    let deployed = || records(&[Superseded, Deployed]);
+    let ours = || Some(deployment(&hash, vec![managed("helm", 0)]));
+    let edited =
+        |manager: &str| Some(ObjectMeta { managed_fields: Some(vec![managed(manager, 9)]), ..Default::default() });
+    let service = || ReleaseObject::Rendered(svc("dev-tinycode"));
+    let fullname = naming::fullname("dev");
+    type Case<'a> = (&'a str, ReleaseFacts, Option<Deployment>, Option<&'a str>, ReleaseState);
     let cases: Vec<Case> = vec![
-        ("nothing installed", ReleaseFacts::default(), None, false, Some("release not installed")),
+        ("no record", ReleaseFacts::default(), None, None, ReleaseState::Absent),
         (
-            "last run failed",
-            ReleaseFacts { records: vec![record(1, "failed")], ..Default::default() },
+            "earlier build's namespace",
+            ReleaseFacts { legacy: true, ..Default::default() },
+            ours(),
             None,
-            false,
-            Some("release is failed"),
+            ReleaseState::Legacy,
         ),
         (
-            "interrupted",
-            ReleaseFacts { records: vec![record(1, "deployed"), record(2, "pending-upgrade")], ..Default::default() },
-            Some(deployment(&hash, ours.clone())),
-            false,
-            Some("an interrupted helm operation left the release pending"),
+            "earlier build's name",
+            ReleaseFacts { renamed_from: Some("old".into()), ..Default::default() },
+            None,
+            None,
+            ReleaseState::Renamed { from: "old".into() },
         ),
-        ("requested", deployed(), Some(deployment(&hash, ours.clone())), true, Some("reconcile requested (now)")),
-        ("Deployment gone", deployed(), None, false, Some("Deployment dev-tinycode is missing")),
+        ("an install never finished", records(&[PendingInstall]), None, None, ReleaseState::Unfinished),
+        ("last run failed", records(&[Failed]), None, None, ReleaseState::NotDeployed { status: Failed }),
+        (
+            "failed, then interrupted: the failure comes first",
+            records(&[Deployed, Failed, PendingUpgrade]),
+            ours(),
+            None,
+            ReleaseState::NotDeployed { status: Failed },
+        ),
+        (
+            "being uninstalled",
+            records(&[Uninstalling]),
+            ours(),
+            None,
+            ReleaseState::NotDeployed { status: Uninstalling },
+        ),
+        ("interrupted", records(&[Deployed, PendingUpgrade]), ours(), None, ReleaseState::Pending),
+        (
+            "interrupted and requested: the pending record comes first",
+            records(&[Deployed, PendingRollback]),
+            ours(),
+            Some("now"),
+            ReleaseState::Pending,
+        ),
+        ("requested", deployed(), ours(), Some("now"), ReleaseState::Requested { request: "now".into() }),
+        (
+            "requested and drifted: the request comes first",
+            deployed(),
+            None,
+            Some("now"),
+            ReleaseState::Requested { request: "now".into() },
+        ),
+        (
+            "Deployment gone",
+            deployed(),
+            None,
+            None,
+            ReleaseState::Drifted(Drift::Missing(ReleaseObject::Deployment(fullname.clone()))),
+        ),
         (
             "new values",
             deployed(),
-            Some(deployment("old", ours.clone())),
-            false,
-            Some("values, chart or operator version changed"),
+            Some(deployment("old", vec![managed("helm", 0)])),
+            None,
+            ReleaseState::Drifted(Drift::ValuesChanged),
         ),
         (
             "Deployment edited",
             deployed(),
             Some(deployment(&hash, vec![managed("helm", 0), managed("kubectl-edit", 5)])),
-            false,
-            Some("Deployment dev-tinycode was changed by kubectl-edit"),
+            None,
+            ReleaseState::Drifted(Drift::WrittenBy {
+                object: ReleaseObject::Deployment(fullname.clone()),
+                manager: "kubectl-edit".into(),
+            }),
+        ),
+        (
+            "Deployment edited before the release",
+            ReleaseFacts {
+                records: vec![release::Record { created: Some(at(10)), ..record(2, Deployed) }],
+                ..Default::default()
+            },
+            Some(deployment(&hash, vec![managed("helm", 10), managed("kubectl-edit", 5)])),
+            None,
+            ReleaseState::InSync { revision: 2 },
         ),
         (
             "rendered object missing",
             ReleaseFacts { rendered: vec![(svc("dev-tinycode"), None)], ..deployed() },
-            Some(deployment(&hash, ours.clone())),
-            false,
-            Some("Service team/dev-tinycode is missing"),
+            ours(),
+            None,
+            ReleaseState::Drifted(Drift::Missing(service())),
         ),
         (
             "rendered object edited",
-            ReleaseFacts {
-                rendered: vec![(
-                    svc("dev-tinycode"),
-                    Some(ObjectMeta { managed_fields: Some(vec![managed("kubectl-edit", 9)]), ..Default::default() }),
-                )],
-                ..deployed()
-            },
-            Some(deployment(&hash, ours.clone())),
-            false,
-            Some("Service team/dev-tinycode was changed by kubectl-edit"),
+            ReleaseFacts { rendered: vec![(svc("dev-tinycode"), edited("kubectl-edit"))], ..deployed() },
+            ours(),
+            None,
+            ReleaseState::Drifted(Drift::WrittenBy { object: service(), manager: "kubectl-edit".into() }),
         ),
-        ("unchanged", deployed(), Some(deployment(&hash, ours.clone())), false, None),
+        (
+            "rendered object written by the operator's own managers",
+            ReleaseFacts { rendered: vec![(svc("dev-tinycode"), edited("kube-controller-manager"))], ..deployed() },
+            ours(),
+            None,
+            ReleaseState::InSync { revision: 2 },
+        ),
+        ("unchanged", deployed(), ours(), None, ReleaseState::InSync { revision: 2 }),
     ];
-    for (case, release, deployment, requested, want) in cases {
-        let values = plan_for(&inst, &observed()).values;
-        let (run, revision) = helm_run(&release, deployment.as_ref(), &values, requested, &Some("now".into()));
-        let got = run.as_ref().map(|r| r.reason.as_str());
+    for (case, release, deployment, request, want) in cases {
+        let got = release_state(&release, deployment.as_ref(), &values, request);
         assert_eq!(got, want, "{case}");
-        assert_eq!(revision.is_some(), want.is_none(), "{case}: a revision exactly when helm does not run");
+        assert_eq!(
+            got.revision().is_some(),
+            next_action(&got).is_none(),
+            "{case}: a revision exactly when helm does not run"
+        );
     }
-    let legacy = ReleaseFacts { legacy: true, ..Default::default() };
-    let (run, _) = helm_run(&legacy, None, &plan_for(&inst, &observed()).values, false, &None);
-    assert_eq!(run.map(|r| r.mode), Some(Mode::Adopt), "a release of an earlier build is adopted");
-    let modes = [
-        (ReleaseFacts::default(), Mode::Install),
-        (ReleaseFacts { records: vec![record(1, "pending-install")], ..Default::default() }, Mode::Upgrade),
-        (ReleaseFacts { records: vec![record(1, "failed")], ..Default::default() }, Mode::Upgrade),
+}
+
+#[test]
+fn the_next_action_is_a_function_of_the_state() {
+    let service = ReleaseObject::Rendered(svc("dev-tinycode"));
+    let cases = [
+        (ReleaseState::Absent, Some(Mode::Install)),
+        (ReleaseState::Legacy, Some(Mode::Adopt)),
+        (ReleaseState::Renamed { from: "old".into() }, Some(Mode::Adopt)),
+        (ReleaseState::Unfinished, Some(Mode::Upgrade)),
+        (ReleaseState::NotDeployed { status: ReleaseStatus::Failed }, Some(Mode::Upgrade)),
+        (ReleaseState::Pending, Some(Mode::Upgrade)),
+        (ReleaseState::Requested { request: "now".into() }, Some(Mode::Upgrade)),
+        (ReleaseState::Drifted(Drift::ValuesChanged), Some(Mode::Upgrade)),
+        (ReleaseState::Drifted(Drift::Missing(service.clone())), Some(Mode::Upgrade)),
+        (ReleaseState::Drifted(Drift::WrittenBy { object: service, manager: "m".into() }), Some(Mode::Upgrade)),
+        (ReleaseState::InSync { revision: 3 }, None),
     ];
-    for (release, want) in modes {
-        let (run, _) = helm_run(&release, None, &plan_for(&inst, &observed()).values, false, &None);
-        assert_eq!(run.map(|r| r.mode), Some(want), "{:?}", release.records);
+    for (state, want) in cases {
+        let run = next_action(&state);
+        assert_eq!(run.as_ref().map(|r| r.mode), want, "{state:?}");
+        if let Some(run) = run {
+            assert_eq!(run.reason, state, "the run carries the state that called for it");
+        }
     }
+}
+
+#[test]
+fn release_states_read_as_messages() {
+    let fullname = naming::fullname("dev");
+    let cases = [
+        (ReleaseState::Absent, "release not installed".to_string()),
+        (ReleaseState::Unfinished, "release not installed".into()),
+        (ReleaseState::Legacy, "release of an earlier build moves to the operator namespace".into()),
+        (
+            ReleaseState::Renamed { from: "team-dev.x".into() },
+            "release team-dev.x moves to its current name (a shortened name keeps one dot)".into(),
+        ),
+        (ReleaseState::NotDeployed { status: ReleaseStatus::Failed }, "release is failed".into()),
+        (ReleaseState::NotDeployed { status: ReleaseStatus::Unknown("odd".into()) }, "release is odd".into()),
+        (ReleaseState::Pending, "an interrupted helm operation left the release pending".into()),
+        (ReleaseState::Requested { request: "now".into() }, "reconcile requested (now)".into()),
+        (ReleaseState::Drifted(Drift::ValuesChanged), "values, chart or operator version changed".into()),
+        (
+            ReleaseState::Drifted(Drift::Missing(ReleaseObject::Deployment(fullname.clone()))),
+            "Deployment dev-tinycode is missing".into(),
+        ),
+        (
+            ReleaseState::Drifted(Drift::WrittenBy {
+                object: ReleaseObject::Deployment(fullname),
+                manager: "kubectl-edit".into(),
+            }),
+            "Deployment dev-tinycode was changed by kubectl-edit".into(),
+        ),
+        (
+            ReleaseState::Drifted(Drift::Missing(ReleaseObject::Rendered(svc("dev-tinycode")))),
+            "Service team/dev-tinycode is missing".into(),
+        ),
+        (
+            ReleaseState::Drifted(Drift::WrittenBy {
+                object: ReleaseObject::Rendered(svc("dev-tinycode")),
+                manager: "kubectl-edit".into(),
+            }),
+            "Service team/dev-tinycode was changed by kubectl-edit".into(),
+        ),
+        (ReleaseState::InSync { revision: 4 }, "release deployed at revision 4".into()),
+    ];
+    for (state, want) in cases {
+        assert_eq!(state.to_string(), want, "{state:?}");
+    }
+}
+
+#[test]
+fn the_plan_runs_helm_for_a_new_request_only_and_keeps_the_revision_otherwise() {
+    let mut inst = instance(serde_json::json!({}));
+    let hash = plan_for(&inst, &observed()).values.values_hash;
+    let mut obs = observed();
+    obs.release = records(&[ReleaseStatus::Superseded, ReleaseStatus::Deployed]);
+    obs.deployment = Some(Arc::new(deployment(&hash, vec![managed("helm", 0)])));
+    let p = plan_for(&inst, &obs);
+    assert_eq!((p.helm, p.revision), (None, Some(2)), "in sync: no helm, the deployed revision");
+
+    inst.metadata.annotations =
+        Some(BTreeMap::from([(conditions::RECONCILE_REQUEST_ANNOTATION.to_string(), "r1".to_string())]));
+    let p = plan_for(&inst, &obs);
+    let want = HelmRun { reason: ReleaseState::Requested { request: "r1".into() }, mode: Mode::Upgrade };
+    assert_eq!((p.helm, p.revision, p.request.as_deref()), (Some(want), None, Some("r1")));
+
+    inst.status =
+        Some(crate::api::TinycodeInstanceStatus { last_handled_reconcile_at: Some("r1".into()), ..Default::default() });
+    let p = plan_for(&inst, &obs);
+    assert_eq!((p.helm, p.revision), (None, Some(2)), "a handled request does not run helm again");
+
+    obs.release.records.push(record(3, ReleaseStatus::PendingUpgrade));
+    let p = plan_for(&inst, &obs);
+    assert_eq!(p.helm.map(|h| h.reason), Some(ReleaseState::Pending));
+    assert_eq!(p.pending.iter().map(|r| r.version).collect::<Vec<_>>(), [3], "the pending record to discard");
 }
 
 #[test]
@@ -234,11 +383,11 @@ fn tier_changes_leave_grants_to_delete_and_role_changes_replace_the_binding() {
     obs.bound_cluster_role = Some("edit".into());
     let settings = Settings::default();
     let valid = validate::validate(&obs, &inst, &settings, Vec::new()).expect("valid");
-    let p = plan(&valid, &obs, &inst, &settings);
+    let p = plan(&valid, &obs, &settings);
     assert_eq!(p.stale_grants, vec![naming::scc_grant("dev", "privileged")]);
     assert!(p.replace_cluster_role_binding, "a binding of another role is replaced");
     obs.bound_cluster_role = Some("view".into());
-    assert!(!plan(&valid, &obs, &inst, &settings).replace_cluster_role_binding);
+    assert!(!plan(&valid, &obs, &settings).replace_cluster_role_binding);
 }
 
 #[test]
@@ -266,35 +415,4 @@ fn a_generated_password_is_created_once_and_digested_before_it_exists() {
     };
     assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");
     assert!(plan_for(&inst, &obs2).password_secret.is_none());
-}
-
-#[test]
-fn a_namespace_without_the_preparation_label_is_not_prepared() {
-    let inst = instance(serde_json::json!({}));
-    let mut obs = observed();
-    obs.namespace_labels = Some(BTreeMap::new());
-    let e = validate::validate(&obs, &inst, &Settings::default(), Vec::new()).unwrap_err();
-    assert_eq!(e.reason, crate::reconcile::reason::Blocked::NamespaceNotPrepared);
-    let lax = Settings { require_prepared_label: false, ..Default::default() };
-    assert!(validate::validate(&obs, &inst, &lax, Vec::new()).is_ok(), "the flag turns the requirement off");
-}
-
-#[test]
-fn writable_host_directories_need_the_readwrite_approval() {
-    let settings = Settings::default();
-    let hp = |read_only: bool| {
-        instance(serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": read_only}}}))
-    };
-    let with = |value: &str| {
-        let mut obs = observed();
-        obs.namespace_labels.as_mut().unwrap().insert("tinycode.dev/allow-hostpath".into(), value.into());
-        obs
-    };
-    let e = validate::validate(&with("true"), &hp(false), &settings, Vec::new()).unwrap_err();
-    assert_eq!(e.reason, crate::reconcile::reason::Blocked::SccNotApproved);
-    assert!(e.message.contains("tinycode.dev/allow-hostpath=readwrite"), "{}", e.message);
-    assert!(validate::validate(&with("true"), &hp(true), &settings, Vec::new()).is_ok());
-    assert!(validate::validate(&with("readwrite"), &hp(false), &settings, Vec::new()).is_ok());
-    let e = validate::validate(&with("yes"), &hp(true), &settings, Vec::new()).unwrap_err();
-    assert_eq!(e.reason, crate::reconcile::reason::Blocked::SccNotApproved);
 }

@@ -5,13 +5,15 @@
 use k8s_openapi::api::apps::v1::Deployment;
 
 use crate::api::{Phase, TinycodeInstance, TinycodeInstanceStatus};
+use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, Desired, Workload};
 use crate::reconcile::execute::Outcome;
 use crate::reconcile::plan::{Exposure, Plan};
-use crate::reconcile::{Error, plan};
 use crate::render::{ingress, naming, route};
 
-/// Status of an instance whose plan was carried out.
+/// Status of an instance whose plan was carried out. Of `inst` only its
+/// metadata's generation and its previous status are read: the rest comes
+/// from the plan.
 pub fn applied(
     inst: &TinycodeInstance,
     plan: &Plan,
@@ -19,7 +21,7 @@ pub fn applied(
     deployment: Option<&Deployment>,
     now: &str,
 ) -> TinycodeInstanceStatus {
-    let (workload, exposure_condition) = workload(inst, plan, outcome, deployment);
+    let (workload, exposure_condition) = workload(plan, outcome, deployment);
     let (phase, url, ready) = conditions::workload_status(&workload, &plan.warnings);
     let generation = inst.metadata.generation;
     let prev = inst.status.clone().unwrap_or_default();
@@ -43,12 +45,7 @@ pub fn applied(
     }
 }
 
-fn workload(
-    inst: &TinycodeInstance,
-    plan: &Plan,
-    outcome: &Outcome,
-    deployment: Option<&Deployment>,
-) -> (Workload, Option<Desired>) {
+fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> (Workload, Option<Desired>) {
     let status = deployment.and_then(|d| d.status.clone()).unwrap_or_default();
     let generation = deployment.and_then(|d| d.metadata.generation);
     let (exposure, host, tls, condition) = match &plan.exposure {
@@ -58,13 +55,13 @@ fn workload(
         }
         Exposure::Ingress { hostname, .. } => {
             let published = outcome.ingress.as_deref().and_then(ingress::published);
-            let condition = ingress_condition(inst, *hostname, published.as_ref().map(|(h, _)| h.as_str()));
+            let condition = ingress_condition(plan, *hostname, published.as_ref().map(|(h, _)| h.as_str()));
             let (host, tls) = published.map(|(h, t)| (Some(h), t)).unwrap_or((None, false));
             ("Ingress", host, tls, Some(condition))
         }
     };
     let workload = Workload {
-        desired_replicas: inst.spec.replicas,
+        desired_replicas: plan.values.replicas,
         available_replicas: status.available_replicas.unwrap_or(0),
         updated_replicas: status.updated_replicas.unwrap_or(0),
         deployment_current: deployment.is_some()
@@ -78,9 +75,9 @@ fn workload(
 }
 
 /// IngressReady: how to reach an instance where there are no Routes.
-fn ingress_condition(inst: &TinycodeInstance, hostname: bool, published: Option<&str>) -> Desired {
-    let ns = inst.metadata.namespace.clone().unwrap_or_default();
-    let service = naming::fullname(inst.metadata.name.as_deref().unwrap_or_default());
+fn ingress_condition(plan: &Plan, hostname: bool, published: Option<&str>) -> Desired {
+    let ns = &plan.values.instance.namespace;
+    let service = naming::fullname(&plan.values.instance.name);
     match (hostname, published) {
         (false, _) => Desired::new(
             conditions::INGRESS_READY,
@@ -122,7 +119,8 @@ pub fn failed(
     let mut status = conditions::failed(inst.status.as_ref(), err.reason(), message, &extra, now, generation);
     if matches!(err, Error::Helm(_) | Error::Stalled(_)) {
         // A requested reconcile ran helm, even if helm failed.
-        status.last_handled_reconcile_at = plan::reconcile_request(inst).or(status.last_handled_reconcile_at.clone());
+        status.last_handled_reconcile_at =
+            conditions::reconcile_request(inst).or(status.last_handled_reconcile_at.clone());
         status.helm_failures = helm_failures;
     }
     status

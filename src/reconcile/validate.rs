@@ -1,10 +1,15 @@
 //! Stage 2 (pure): is the instance allowed to run, given what the cluster
 //! holds? Decides once what later stages use: the SCC tier, the approved
-//! cluster role and discovery namespaces, the Secrets the pods mount.
+//! cluster role and discovery namespaces, the Secrets the pods mount. The
+//! [`ValidInstance`] also carries the spec as validated and what later
+//! stages need of the object's metadata, so nothing after this stage reads
+//! the raw object's spec.
 
 use k8s_openapi::ByteString;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
 
-use crate::api::TinycodeInstance;
+use crate::api::{TinycodeInstance, TinycodeInstanceSpec};
 use crate::platform::scc::SccTier;
 use crate::platform::{self, Platform};
 use crate::reconcile::conditions::{self, Desired};
@@ -25,6 +30,12 @@ pub struct ValidInstance {
     pub name: String,
     pub namespace: String,
     pub uid: String,
+    /// The spec these decisions were made for.
+    pub spec: TinycodeInstanceSpec,
+    /// The instance as owner of what the operator creates for it.
+    pub owner: OwnerReference,
+    /// The reconcile-request annotation, when set.
+    pub request: Option<ReconcileRequest>,
     pub tier: SccTier,
     pub cluster_role: Option<String>,
     pub discovery_namespaces: Vec<String>,
@@ -38,6 +49,41 @@ pub struct ValidInstance {
     pub warnings: Vec<String>,
     /// Offline only: what would need a cluster-admin's approval.
     pub pending_approvals: Vec<String>,
+}
+
+/// The reconcile-request annotation ([`conditions::RECONCILE_REQUEST_ANNOTATION`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconcileRequest {
+    /// Its value, echoed in status once handled.
+    pub value: String,
+    /// Status says this value was handled already (`lastHandledReconcileAt`).
+    pub handled: bool,
+}
+
+impl ReconcileRequest {
+    /// The request on `inst`, if any, and whether its status shows it handled.
+    pub fn of(inst: &TinycodeInstance) -> Option<Self> {
+        let value = conditions::reconcile_request(inst)?;
+        let handled_value = inst.status.as_ref().and_then(|s| s.last_handled_reconcile_at.as_deref());
+        Some(Self { handled: handled_value == Some(value.as_str()), value })
+    }
+
+    /// The value, when the request still asks for a run.
+    pub fn unhandled(&self) -> Option<&str> {
+        (!self.handled).then_some(self.value.as_str())
+    }
+}
+
+/// The instance as owner of what the operator creates for it.
+pub fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {
+    OwnerReference {
+        api_version: TinycodeInstance::api_version(&()).into_owned(),
+        kind: TinycodeInstance::kind(&()).into_owned(),
+        name: inst.metadata.name.clone().unwrap_or_default(),
+        uid: inst.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
 }
 
 /// Why the instance may not run (what it held without approval is withdrawn
@@ -103,6 +149,9 @@ pub fn validate(
     }
     Ok(ValidInstance {
         uid: inst.metadata.uid.clone().unwrap_or_default(),
+        spec: inst.spec.clone(),
+        owner: owner_reference(inst),
+        request: ReconcileRequest::of(inst),
         name,
         namespace: ns,
         tier,
@@ -132,6 +181,9 @@ fn offline(
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     Ok(ValidInstance {
         uid: inst.metadata.uid.clone().unwrap_or_default(),
+        spec: inst.spec.clone(),
+        owner: owner_reference(inst),
+        request: ReconcileRequest::of(inst),
         pending_approvals: pending_approvals(inst, &ns),
         name,
         namespace: ns,
@@ -376,3 +428,7 @@ pub fn spec_rules(inst: &TinycodeInstance, settings: &Settings) -> Result<Vec<St
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     rules::validate(&name, &ns, &inst.spec, settings)
 }
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

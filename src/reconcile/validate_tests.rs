@@ -1,0 +1,307 @@
+//! Table tests of validation (pure): which refusal a cluster state earns
+//! (compared as [`Blocked`] variants), the wording only of the messages built
+//! here, and what a [`ValidInstance`] carries for the later stages.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use super::*;
+use crate::platform::scc::HOSTPATH_APPROVAL_LABEL;
+use crate::reconcile::observe::KubeconfigFacts;
+use crate::reconcile::plan::tests::{instance, observed};
+
+fn labelled(obs: &mut Observed, key: &str, value: &str) {
+    obs.namespace_labels.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
+}
+
+fn kubeconfig_secret(namespace: &str, data: Option<(&str, &str)>, shared_with: Option<&str>) -> Secret {
+    let mut s = Secret::default();
+    s.metadata.name = Some("kc".into());
+    s.metadata.namespace = Some(namespace.into());
+    s.metadata.annotations =
+        shared_with.map(|ns| BTreeMap::from([(approval::KUBECONFIG_SHARE_ANNOTATION.to_string(), ns.to_string())]));
+    s.data = data.map(|(k, v)| BTreeMap::from([(k.to_string(), ByteString(v.as_bytes().to_vec()))]));
+    s
+}
+
+fn kubeconfig_facts(source_namespace: &str, source: Option<Secret>) -> Option<KubeconfigFacts> {
+    Some(KubeconfigFacts { source_namespace: source_namespace.into(), source, copy: None })
+}
+
+const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://api.example:6443'}\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\ncurrent-context: a\nusers:\n- name: u\n  user: {token: eyJhbGciOi.payload.sig}\n";
+
+#[test]
+fn each_gate_refuses_with_its_own_reason() {
+    let cluster_admin = serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc"}});
+    let from_admins = serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "kubeconfigNamespace": "admins"}});
+    let opt_in = Settings {
+        required_namespace_label: Some(("tinycode.dev/enabled".into(), "true".into())),
+        ..Default::default()
+    };
+    let kubernetes = Settings { platform: Platform::KUBERNETES, ..Default::default() };
+    type Case = (&'static str, serde_json::Value, Settings, fn(&mut Observed), Blocked);
+    let cases: Vec<Case> = vec![
+        ("namespace not opted in", serde_json::json!({}), opt_in, |_| {}, Blocked::NamespaceNotEnabled),
+        (
+            "namespace without the preparation label",
+            serde_json::json!({}),
+            Settings::default(),
+            |o| o.namespace_labels = Some(BTreeMap::new()),
+            Blocked::NamespaceNotPrepared,
+        ),
+        (
+            "the operator's rules are missing",
+            serde_json::json!({}),
+            Settings::default(),
+            |o| o.missing_rules = vec!["create secrets".into()],
+            Blocked::NamespaceNotPrepared,
+        ),
+        (
+            "shell tier not approved",
+            serde_json::json!({"shell": {"enabled": true}}),
+            Settings::default(),
+            |_| {},
+            Blocked::SccNotApproved,
+        ),
+        (
+            "writable host directory approved read-only",
+            serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": false}}}),
+            Settings::default(),
+            |o| labelled(o, HOSTPATH_APPROVAL_LABEL, "true"),
+            Blocked::SccNotApproved,
+        ),
+        (
+            "host directory approval with an unknown value",
+            serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": true}}}),
+            Settings::default(),
+            |o| labelled(o, HOSTPATH_APPROVAL_LABEL, "yes"),
+            Blocked::SccNotApproved,
+        ),
+        (
+            "the tier's SCC is not installed",
+            serde_json::json!({}),
+            Settings::default(),
+            |o| o.installed_sccs.clear(),
+            Blocked::SccMissing,
+        ),
+        (
+            "Pod Security forbids the tier (Kubernetes)",
+            serde_json::json!({"shell": {"enabled": true}}),
+            kubernetes,
+            |o| labelled(o, "tinycode.dev/allow-shell", "true"),
+            Blocked::PodSecurityNotAllowed,
+        ),
+        (
+            "cluster role not approved for the namespace",
+            serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"}}),
+            Settings::default(),
+            |_| {},
+            Blocked::ClusterRoleNotApproved,
+        ),
+        (
+            "cluster role not in the allow-list",
+            serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "edit"}}),
+            Settings::default(),
+            |o| labelled(o, approval::ALLOW_CLUSTER_ROLE_LABEL, "edit"),
+            Blocked::ClusterRoleNotApproved,
+        ),
+        (
+            "no password drawn for the generated Secret",
+            serde_json::json!({}),
+            Settings::default(),
+            |o| o.password = SecretFacts::Missing,
+            Blocked::PasswordGenerationFailed,
+        ),
+        (
+            "the generated Secret lost its key",
+            serde_json::json!({}),
+            Settings::default(),
+            |o| o.password = SecretFacts::Present { keys: vec!["other".into()], digest: "d".into() },
+            Blocked::PasswordSecretInvalid,
+        ),
+        (
+            "the named password Secret is missing",
+            serde_json::json!({"auth": {"passwordSecret": "pw"}}),
+            Settings::default(),
+            |o| o.password = SecretFacts::Missing,
+            Blocked::PasswordSecretMissing,
+        ),
+        (
+            "the named password Secret has no key",
+            serde_json::json!({"auth": {"passwordSecret": "pw"}}),
+            Settings::default(),
+            |o| o.password = SecretFacts::Present { keys: vec![], digest: "d".into() },
+            Blocked::PasswordSecretInvalid,
+        ),
+        (
+            "git credentials missing",
+            serde_json::json!({"git": {"url": "https://x.io/r.git", "credentialsSecret": "gc"}}),
+            Settings::default(),
+            |o| o.git_credentials = Some(SecretFacts::Missing),
+            Blocked::GitCredentialsMissing,
+        ),
+        (
+            "kubeconfig of another namespace not shared",
+            from_admins.clone(),
+            Settings::default(),
+            |o| {
+                o.kubeconfig = kubeconfig_facts(
+                    "admins",
+                    Some(kubeconfig_secret("admins", Some(("kubeconfig", KUBECONFIG)), None)),
+                )
+            },
+            Blocked::KubeconfigNotShared,
+        ),
+        (
+            "kubeconfig of another namespace unreadable: not shared either",
+            from_admins,
+            Settings::default(),
+            |o| o.kubeconfig = kubeconfig_facts("admins", None),
+            Blocked::KubeconfigNotShared,
+        ),
+        (
+            "kubeconfig Secret missing",
+            cluster_admin.clone(),
+            Settings::default(),
+            |o| o.kubeconfig = kubeconfig_facts("team", None),
+            Blocked::KubeconfigSecretMissing,
+        ),
+        (
+            "kubeconfig key missing",
+            cluster_admin.clone(),
+            Settings::default(),
+            |o| {
+                o.kubeconfig =
+                    kubeconfig_facts("team", Some(kubeconfig_secret("team", Some(("other", KUBECONFIG)), None)))
+            },
+            Blocked::KubeconfigKeyMissing,
+        ),
+        (
+            "kubeconfig unreadable",
+            cluster_admin,
+            Settings::default(),
+            |o| {
+                o.kubeconfig = kubeconfig_facts(
+                    "team",
+                    Some(kubeconfig_secret("team", Some(("kubeconfig", "contexts: []")), None)),
+                )
+            },
+            Blocked::KubeconfigInvalid,
+        ),
+    ];
+    for (case, spec, settings, change, want) in cases {
+        let mut obs = observed();
+        change(&mut obs);
+        let got = validate(&obs, &instance(spec), &settings, Vec::new()).map(|_| ()).map_err(|e| e.reason);
+        assert_eq!(got, Err(want), "{case}");
+    }
+}
+
+#[test]
+fn what_each_gate_asks_for_passes() {
+    let kubernetes = Settings { platform: Platform::KUBERNETES, ..Default::default() };
+    let shared = serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "kubeconfigNamespace": "admins", "clusterRole": "view"}});
+    type Case = (&'static str, serde_json::Value, Settings, fn(&mut Observed));
+    let cases: Vec<Case> = vec![
+        ("restricted tier, prepared namespace", serde_json::json!({}), Settings::default(), |_| {}),
+        (
+            "namespace not prepared, the requirement off",
+            serde_json::json!({}),
+            Settings { require_prepared_label: false, ..Default::default() },
+            |o| o.namespace_labels = Some(BTreeMap::new()),
+        ),
+        ("shell tier approved", serde_json::json!({"shell": {"enabled": true}}), Settings::default(), |o| {
+            labelled(o, "tinycode.dev/allow-shell", "true")
+        }),
+        (
+            "read-only host directory approved",
+            serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": true}}}),
+            Settings::default(),
+            |o| labelled(o, HOSTPATH_APPROVAL_LABEL, "true"),
+        ),
+        (
+            "writable host directory approved for writes",
+            serde_json::json!({"storage": {"hostPath": {"path": "/srv/code", "readOnly": false}}}),
+            Settings::default(),
+            |o| labelled(o, HOSTPATH_APPROVAL_LABEL, "readwrite"),
+        ),
+        ("Pod Security allows the tier", serde_json::json!({"shell": {"enabled": true}}), kubernetes, |o| {
+            labelled(o, "tinycode.dev/allow-shell", "true");
+            labelled(o, crate::platform::POD_SECURITY_ENFORCE_LABEL, "privileged");
+        }),
+        ("shared kubeconfig and approved role", shared, Settings::default(), |o| {
+            labelled(o, approval::ALLOW_CLUSTER_ROLE_LABEL, "view");
+            let secret = kubeconfig_secret("admins", Some(("kubeconfig", KUBECONFIG)), Some("team"));
+            o.kubeconfig = kubeconfig_facts("admins", Some(secret));
+        }),
+    ];
+    for (case, spec, settings, change) in cases {
+        let mut obs = observed();
+        change(&mut obs);
+        let got = validate(&obs, &instance(spec), &settings, Vec::new());
+        assert!(got.is_ok(), "{case}: {got:?}");
+    }
+}
+
+#[test]
+fn refusals_built_here_name_the_command_that_fixes_them() {
+    let opt_in = Settings {
+        required_namespace_label: Some(("tinycode.dev/enabled".into(), "true".into())),
+        ..Default::default()
+    };
+    let e = validate(&observed(), &instance(serde_json::json!({})), &opt_in, Vec::new()).unwrap_err();
+    assert_eq!(
+        e.message,
+        "namespace team has not opted in to tinycode; a cluster-admin enables it with `oc label namespace team tinycode.dev/enabled=true`"
+    );
+    let mut obs = observed();
+    obs.password = SecretFacts::Missing;
+    let e = validate(
+        &obs,
+        &instance(serde_json::json!({"auth": {"passwordSecret": "pw"}})),
+        &Settings::default(),
+        Vec::new(),
+    )
+    .unwrap_err();
+    assert!(
+        e.message.contains("`oc create secret generic pw --from-literal=TINYCODE_SERVER_PASSWORD=<password> -n team`"),
+        "{}",
+        e.message
+    );
+    let mut obs = observed();
+    obs.installed_sccs.clear();
+    let e = validate(&obs, &instance(serde_json::json!({})), &Settings::default(), Vec::new()).unwrap_err();
+    assert!(
+        e.message.contains("SecurityContextConstraints tinycode-restricted is not installed")
+            && e.message.contains("`make install`"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn the_valid_instance_carries_what_later_stages_read() {
+    let mut inst = instance(serde_json::json!({"hostname": "dev.example.com", "replicas": 1}));
+    let settings = Settings::default();
+    let offline = Observed::assumed(Vec::new());
+    for obs in [observed(), offline] {
+        let valid = validate(&obs, &inst, &settings, Vec::new()).expect("valid");
+        assert_eq!(valid.spec, inst.spec, "the spec as validated");
+        assert_eq!(
+            (valid.owner.kind.as_str(), valid.owner.name.as_str(), valid.owner.uid.as_str(), valid.owner.controller),
+            ("TinycodeInstance", "dev", "uid-1", Some(true))
+        );
+        assert_eq!(valid.request, None, "no annotation, no request");
+    }
+    inst.metadata.annotations =
+        Some(BTreeMap::from([(conditions::RECONCILE_REQUEST_ANNOTATION.to_string(), "r2".to_string())]));
+    let request = |inst: &TinycodeInstance| validate(&observed(), inst, &settings, Vec::new()).expect("valid").request;
+    assert_eq!(request(&inst), Some(ReconcileRequest { value: "r2".into(), handled: false }));
+    inst.status =
+        Some(crate::api::TinycodeInstanceStatus { last_handled_reconcile_at: Some("r1".into()), ..Default::default() });
+    assert_eq!(request(&inst).and_then(|r| r.unhandled().map(String::from)), Some("r2".into()), "a new value");
+    inst.status.as_mut().unwrap().last_handled_reconcile_at = Some("r2".into());
+    assert_eq!(request(&inst), Some(ReconcileRequest { value: "r2".into(), handled: true }));
+    assert_eq!(request(&inst).unwrap().unhandled(), None);
+}
