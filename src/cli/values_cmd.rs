@@ -59,7 +59,7 @@ pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, setting
         "releaseNamespace": settings.operator_namespace,
         "namespace": ns,
         "scc": plan.tier.scc_name(),
-        "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::validate::PASSWORD_KEY, "generated": generated},
+        "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::marks::PASSWORD_KEY, "generated": generated},
         "values": plan.values,
         "warnings": warnings,
     });

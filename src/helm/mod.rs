@@ -204,7 +204,7 @@ impl Helm {
     async fn record_labels(&self, namespace: &str, release: &str) -> Option<Vec<BTreeMap<String, String>>> {
         let client = self.records.clone()?;
         let api: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client, namespace);
-        let lp = kube::api::ListParams::default().labels(&format!("owner=helm,name={release}"));
+        let lp = kube::api::ListParams::default().labels(&record_selector(release));
         let list = api.list_metadata(&lp).await.ok()?;
         Some(list.items.into_iter().map(|m| m.metadata.labels.unwrap_or_default()).collect())
     }

@@ -19,8 +19,9 @@ use serde::de::DeserializeOwned;
 use crate::api::{Phase, TinycodeInstance};
 use crate::platform::openshift::Route;
 use crate::platform::scc::ALL_TIERS;
-use crate::reconcile::execute::{delete_ignoring_missing, write_status};
+use crate::reconcile::calls::delete_ignoring_missing;
 use crate::reconcile::observe::prepared_live;
+use crate::reconcile::written::write_status;
 use crate::reconcile::{Context, Error, status};
 use crate::render::naming;
 

@@ -3,21 +3,18 @@
 //! it), so an unchanged instance costs no request here.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PostParams};
 use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use serde_json::json;
+use kube::{Api, ResourceExt};
 
 use crate::FIELD_MANAGER;
-use crate::api::{TinycodeInstance, TinycodeInstanceStatus};
-use crate::helm::release;
+use crate::api::TinycodeInstance;
 use crate::platform::openshift::Route;
+use crate::reconcile::calls::{apply_params, delete_ignoring_missing};
 use crate::reconcile::plan::{Exposure, Plan};
 use crate::reconcile::{Context, Error};
 use crate::render::naming;
@@ -98,67 +95,10 @@ async fn create_password(ctx: &Context, inst: &TinycodeInstance, secret: &Secret
     let name = secret.name_any();
     let note = format!(
         "no spec.auth.passwordSecret: generated a password in Secret {name}, key {}",
-        crate::reconcile::validate::PASSWORD_KEY
+        crate::reconcile::marks::PASSWORD_KEY
     );
     ctx.event(inst, EventType::Normal, "PasswordGenerated", "Reconcile", note).await;
     Ok(())
-}
-
-/// Writes the status (server-side apply of the status subresource).
-pub async fn write_status(
-    ctx: &Context,
-    inst: &TinycodeInstance,
-    status: &TinycodeInstanceStatus,
-) -> Result<(), kube::Error> {
-    let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": TinycodeInstance::api_version(&()),
-        "kind": TinycodeInstance::kind(&()),
-        "status": status,
-    });
-    let written = api.patch_status(&inst.name_any(), &apply_params(), &Patch::Apply(&patch)).await?;
-    ctx.written.record(inst, status, written.metadata.resource_version);
-    Ok(())
-}
-
-/// Server-side apply with the operator's one field manager, taking fields over.
-pub fn apply_params() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).force()
-}
-
-/// Deletes an object; a missing one is fine.
-pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// After a helm run the caches may trail the cluster by a moment: wait
-/// (briefly) until they show the new revision, so the next reconcile does
-/// not take the old state for drift.
-pub async fn await_caches(ctx: &Context, release_name: &str, revision: i64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while tokio::time::Instant::now() < deadline {
-        let metas: Vec<_> = ctx
-            .stores
-            .records
-            .state()
-            .iter()
-            .filter(|s| {
-                s.metadata.labels.as_ref().and_then(|l| l.get("name")).map(String::as_str) == Some(release_name)
-            })
-            .map(|s| s.metadata.clone())
-            .collect();
-        if release::latest(&release::records(&metas)).is_some_and(|r| r.version >= revision && !r.is_pending()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[cfg(test)]

@@ -12,9 +12,10 @@ use kube::{Api, ResourceExt};
 
 use crate::api::TinycodeInstance;
 use crate::helm::{Mode, release};
-use crate::reconcile::execute::{await_caches, delete_ignoring_missing};
+use crate::reconcile::calls::delete_ignoring_missing;
 use crate::reconcile::plan::{HelmRun, Plan};
 use crate::reconcile::reason::Blocked;
+use crate::reconcile::written::await_revision;
 use crate::reconcile::{Context, Error, conditions};
 use crate::render::naming;
 
@@ -74,7 +75,7 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
     if why.mode == Mode::Adopt {
         finish_migration(ctx, inst).await?;
     }
-    await_caches(ctx, release_name, applied.revision).await;
+    await_revision(ctx, release_name, applied.revision).await;
     Ok(applied.revision)
 }
 
@@ -135,7 +136,7 @@ async fn discard_pending(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) ->
 async fn roll_back_to_last_good(ctx: &Context, inst: &TinycodeInstance, release_name: &str) {
     let storage_ns = &ctx.settings.operator_namespace;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
-    let Ok(list) = api.list_metadata(&ListParams::default().labels(&format!("owner=helm,name={release_name}"))).await
+    let Ok(list) = api.list_metadata(&ListParams::default().labels(&crate::helm::record_selector(release_name))).await
     else {
         return;
     };
@@ -163,7 +164,7 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), 
     Api::<Secret>::namespaced(ctx.client.clone(), &ns)
         .delete_collection(
             &DeleteParams::default(),
-            &ListParams::default().labels(&format!("owner=helm,name={legacy}")),
+            &ListParams::default().labels(&crate::helm::record_selector(&legacy)),
         )
         .await?;
     let old_binding = naming::legacy_discovery_cluster_binding(&ns, &name);
@@ -176,7 +177,7 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), 
             Api::<Secret>::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace)
                 .delete_collection(
                     &DeleteParams::default(),
-                    &ListParams::default().labels(&format!("owner=helm,name={previous}")),
+                    &ListParams::default().labels(&crate::helm::record_selector(&previous)),
                 )
                 .await?;
             format!(

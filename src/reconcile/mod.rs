@@ -13,6 +13,7 @@
 //! This file wires the stages to kube's controller and finalizer.
 
 pub mod approval;
+pub mod calls;
 pub mod cleanup;
 pub mod condition_types;
 pub mod conditions;
@@ -21,6 +22,7 @@ pub mod error;
 pub mod execute;
 pub mod helm_run;
 pub mod kubeconfig;
+pub mod marks;
 pub mod observe;
 pub mod plan;
 pub mod reason;
@@ -53,7 +55,7 @@ use crate::ops::metrics::Metrics;
 use crate::settings::Settings;
 use crate::vllm;
 pub use error::{Error, Retry, backoff};
-pub use plan::VALUES_HASH_ANNOTATION;
+pub use marks::VALUES_HASH_ANNOTATION;
 pub use stores::PART_OF_SELECTOR;
 
 const RESYNC_RUNNING: Duration = Duration::from_secs(300);
@@ -76,7 +78,7 @@ pub struct Context {
     /// Objects each release revision rendered, by record name.
     manifests: Mutex<HashMap<String, Arc<Vec<manifest::ObjectRef>>>>,
     /// Namespaces found prepared, and when.
-    prepared: Mutex<HashMap<String, Instant>>,
+    prepared: written::Prepared,
     /// Returns the heap a burst of reconciles freed once they drain.
     memory: Arc<Trimmer>,
     /// Statuses written that the cache may not show yet.
@@ -105,7 +107,7 @@ impl Context {
             failures: Mutex::default(),
             retries,
             manifests: Mutex::default(),
-            prepared: Mutex::default(),
+            prepared: written::Prepared::default(),
             memory: Arc::default(),
             written: written::WrittenStatuses::default(),
             finalized: written::Finalized::default(),
@@ -277,9 +279,7 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
                 if ctx.settings.platform.cli() == "kubectl" { message.replace("`oc ", "`kubectl ") } else { message };
             let failures = helm_run::recorded_failures(ctx, inst);
             let st = status::failed(inst, &err, &message, failures, &now());
-            if inst.status.as_ref() != Some(&st)
-                && let Err(e) = execute::write_status(ctx, inst, &st).await
-            {
+            if let Err(e) = written::write_status_if_changed(ctx, inst, &st).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
             }
             ctx.event(inst, EventType::Warning, err.reason(), "Reconcile", message).await;
@@ -312,9 +312,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         );
         let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
         let st = status::suspended(inst, stopped, &now());
-        if inst.status.as_ref() != Some(&st) {
-            execute::write_status(ctx, inst, &st).await?;
-        }
+        written::write_status_if_changed(ctx, inst, &st).await?;
         ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
         // Namespace labels wake it; a kubeconfig owner's consent lives on a
         // Secret in another namespace, which is not watched.
@@ -350,10 +348,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         let note = format!("tinycode is running{}", st.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
     }
-    // Nothing changed (transition times are kept): no write, no watch event.
-    if inst.status.as_ref() != Some(&st) {
-        execute::write_status(ctx, inst, &st).await?;
-    }
+    written::write_status_if_changed(ctx, inst, &st).await?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
 }

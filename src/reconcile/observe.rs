@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
@@ -27,10 +26,7 @@ use crate::reconcile::{Context, Error, discover};
 use crate::render::naming;
 use crate::vllm::Report;
 
-/// How long a namespace found prepared is trusted without asking again.
-const PREPARED_TTL: Duration = Duration::from_secs(300);
-/// Annotation helm puts on every object it manages: the namespace of the release records.
-pub const HELM_RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
+use crate::reconcile::marks::HELM_RELEASE_NAMESPACE_ANNOTATION;
 
 /// What the cluster holds for one instance.
 #[derive(Debug, Clone, Default)]
@@ -81,7 +77,7 @@ impl Observed {
             digest: String::new(),
         };
         Observed {
-            password: present(&[crate::reconcile::validate::PASSWORD_KEY]),
+            password: present(&[crate::reconcile::marks::PASSWORD_KEY]),
             git_credentials: Some(present(&["ssh-privatekey"])),
             providers,
             offline: true,
@@ -244,22 +240,19 @@ async fn prepared_discovery(
 /// Forgets that these namespaces were found prepared (a helm run failed
 /// there: the rights may be gone), so the next reconcile asks again.
 pub fn forget_prepared<'a>(ctx: &Context, namespaces: impl IntoIterator<Item = &'a str>) {
-    let mut prepared = ctx.prepared.lock().expect("lock");
-    for ns in namespaces {
-        prepared.remove(ns);
-    }
+    ctx.prepared.forget(namespaces);
 }
 
 /// Rules the operator lacks in `ns` (empty: prepared). A positive answer is
 /// trusted for a while; a namespace that lost its preparation since then
 /// shows as refused calls, which report and retry on their own.
 pub async fn prepared(ctx: &Context, ns: &str) -> Result<Vec<String>, Error> {
-    if ctx.prepared.lock().expect("lock").get(ns).is_some_and(|at| at.elapsed() < PREPARED_TTL) {
+    if ctx.prepared.fresh(ns) {
         return Ok(Vec::new());
     }
     let missing = prepared_live(ctx, ns).await?;
     if missing.is_empty() {
-        ctx.prepared.lock().expect("lock").insert(ns.to_string(), Instant::now());
+        ctx.prepared.remember(ns);
     }
     Ok(missing)
 }

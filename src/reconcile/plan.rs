@@ -27,16 +27,13 @@ use crate::platform::openshift::Route;
 use crate::platform::scc::{self, SccTier};
 use crate::reconcile::conditions::Desired;
 use crate::reconcile::observe::{Observed, ReleaseFacts};
-use crate::reconcile::validate::{PASSWORD_KEY, ReconcileRequest, ValidInstance};
+use crate::reconcile::validate::{ReconcileRequest, ValidInstance};
 use crate::render::values::{self, Approved, InstanceRef, Values};
 use crate::render::{config, ingress, naming, route};
 use crate::settings::Settings;
 use crate::vllm;
 
-/// Annotation on the Deployment holding the digest of the values it was rendered from.
-pub const VALUES_HASH_ANNOTATION: &str = "tinycode.dev/values-hash";
-/// Annotation on objects the operator applies itself: a digest of what it applied.
-pub const APPLIED_HASH_ANNOTATION: &str = "tinycode.dev/applied-hash";
+use crate::reconcile::marks::{APPLIED_HASH_ANNOTATION, PASSWORD_KEY, VALUES_HASH_ANNOTATION};
 
 /// Everything one reconcile writes, in the order [`super::execute`] writes it.
 #[derive(Debug, Clone)]

@@ -29,7 +29,10 @@ pub(crate) fn observed() -> Observed {
             "true".to_string(),
         )])),
         installed_sccs: crate::platform::scc::ALL_TIERS.iter().map(|t| t.scc_name()).collect::<BTreeSet<_>>(),
-        password: SecretFacts::Present { keys: vec![validate::PASSWORD_KEY.into()], digest: "d1".into() },
+        password: SecretFacts::Present {
+            keys: vec![crate::reconcile::marks::PASSWORD_KEY.into()],
+            digest: "d1".into(),
+        },
         ..Default::default()
     }
 }
@@ -403,14 +406,14 @@ fn a_generated_password_is_created_once_and_digested_before_it_exists() {
     let created = k8s_openapi::api::core::v1::Secret {
         metadata: secret.metadata.clone(),
         data: Some(BTreeMap::from([(
-            validate::PASSWORD_KEY.to_string(),
+            crate::reconcile::marks::PASSWORD_KEY.to_string(),
             k8s_openapi::ByteString("p".repeat(32).into_bytes()),
         )])),
         ..Default::default()
     };
     let mut obs2 = observed();
     obs2.password = SecretFacts::Present {
-        keys: vec![validate::PASSWORD_KEY.into()],
+        keys: vec![crate::reconcile::marks::PASSWORD_KEY.into()],
         digest: crate::reconcile::observe::secret_digest(&created),
     };
     assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");

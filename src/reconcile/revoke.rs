@@ -268,7 +268,7 @@ fn discovery_open(ctx: &Context, inst: &TinycodeInstance) -> std::collections::B
 }
 
 pub(crate) async fn withdraw_one(ctx: &Context, inst: &TinycodeInstance, what: &Withdraw) -> Result<(), kube::Error> {
-    use crate::reconcile::execute::delete_ignoring_missing;
+    use crate::reconcile::calls::delete_ignoring_missing;
     let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
     let client = ctx.client.clone();
     match what {

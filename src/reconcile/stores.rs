@@ -281,9 +281,9 @@ pub fn slim(meta: &mut ObjectMeta) {
 
 /// Annotations the stages read on objects the instances own.
 const OWNED_ANNOTATIONS_READ: [&str; 3] = [
-    crate::reconcile::plan::APPLIED_HASH_ANNOTATION,
-    crate::reconcile::plan::VALUES_HASH_ANNOTATION,
-    crate::reconcile::observe::HELM_RELEASE_NAMESPACE_ANNOTATION,
+    crate::reconcile::marks::APPLIED_HASH_ANNOTATION,
+    crate::reconcile::marks::VALUES_HASH_ANNOTATION,
+    crate::reconcile::marks::HELM_RELEASE_NAMESPACE_ANNOTATION,
 ];
 
 /// [`slim`], and for objects the instances own also their labels and the
@@ -479,9 +479,9 @@ mod tests {
 
     fn meta() -> ObjectMeta {
         let annotations = [
-            (crate::reconcile::plan::APPLIED_HASH_ANNOTATION, "h"),
-            (crate::reconcile::plan::VALUES_HASH_ANNOTATION, "v"),
-            (crate::reconcile::observe::HELM_RELEASE_NAMESPACE_ANNOTATION, "op"),
+            (crate::reconcile::marks::APPLIED_HASH_ANNOTATION, "h"),
+            (crate::reconcile::marks::VALUES_HASH_ANNOTATION, "v"),
+            (crate::reconcile::marks::HELM_RELEASE_NAMESPACE_ANNOTATION, "op"),
             ("meta.helm.sh/release-name", "r"),
             ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
         ];

@@ -21,8 +21,7 @@ use crate::reconcile::{approval, rules};
 use crate::render::naming;
 use crate::settings::Settings;
 
-/// The key the tinycode server reads its password from.
-pub const PASSWORD_KEY: &str = "TINYCODE_SERVER_PASSWORD";
+use crate::reconcile::marks::PASSWORD_KEY;
 
 /// An instance cleared to run, with everything decided about it.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,7 +117,7 @@ pub fn validate(
     namespace_gates(observed, host_path_writable, settings, &ns, tier, &labels)?;
     let cluster_role = approval::cluster_role(&ns, &spec.cluster_admin, &labels, &settings.allowed_cluster_roles)
         .map_err(|message| Invalid { reason: Blocked::ClusterRoleNotApproved, message })?;
-    let requested: Vec<String> = spec.discovery.iter().flat_map(|d| d.namespaces.iter().cloned()).collect();
+    let requested: Vec<String> = approval::requested_discovery(spec).cloned().collect();
     let discovery_namespaces = approved_discovery(&ns, spec, &observed.discovery_labelled);
     let mut warnings = warnings;
     if requested.iter().any(|n| *n != ns) {
