@@ -19,17 +19,17 @@ pub fn labelled_prepared(labels: &std::collections::BTreeMap<String, String>) ->
 }
 
 /// The commands that prepare `namespace` (what hack/prepare-namespace.sh runs).
-pub fn prepare_commands(namespace: &str, operator_ns: &str, operator_sa: &str) -> String {
+pub fn prepare_commands(cli: &str, namespace: &str, operator_ns: &str, operator_sa: &str) -> String {
     format!(
-        "`oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount={operator_ns}:{operator_sa} -n {namespace}` and `oc label namespace {namespace} {PREPARED_LABEL}=true` (or hack/prepare-namespace.sh {namespace})"
+        "`{cli} create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount={operator_ns}:{operator_sa} -n {namespace}` and `{cli} label namespace {namespace} {PREPARED_LABEL}=true` (or hack/prepare-namespace.sh {namespace})"
     )
 }
 
 /// The status message for a namespace without the preparation label.
-pub fn not_labelled_message(namespace: &str, operator_ns: &str, operator_sa: &str) -> String {
+pub fn not_labelled_message(cli: &str, namespace: &str, operator_ns: &str, operator_sa: &str) -> String {
     format!(
         "namespace {namespace} is not prepared for tinycode: it lacks the label {PREPARED_LABEL}=true that only a cluster-admin can set (a RoleBinding for the operator made by the namespace's own admin prepares nothing). A cluster-admin prepares it with {}",
-        prepare_commands(namespace, operator_ns, operator_sa)
+        prepare_commands(cli, namespace, operator_ns, operator_sa)
     )
 }
 
@@ -79,11 +79,17 @@ pub fn missing(rules: &[ResourceRule], platform: crate::platform::Platform) -> V
 }
 
 /// The status message for an unprepared namespace.
-pub fn not_prepared_message(namespace: &str, missing: &[String], operator_ns: &str, operator_sa: &str) -> String {
+pub fn not_prepared_message(
+    cli: &str,
+    namespace: &str,
+    missing: &[String],
+    operator_ns: &str,
+    operator_sa: &str,
+) -> String {
     format!(
         "namespace {namespace} is not prepared for tinycode: the operator may not {} there. A cluster-admin prepares it with {}",
         missing.join(", "),
-        prepare_commands(namespace, operator_ns, operator_sa)
+        prepare_commands(cli, namespace, operator_ns, operator_sa)
     )
 }
 
@@ -133,6 +139,7 @@ mod tests {
     #[test]
     fn message_names_the_command() {
         let m = not_prepared_message(
+            "oc",
             "team",
             &["apps/deployments:create".into()],
             "tinycode-operator-system",
@@ -148,7 +155,8 @@ mod tests {
         let l = |v: &str| std::collections::BTreeMap::from([(PREPARED_LABEL.to_string(), v.to_string())]);
         assert!(labelled_prepared(&l("true")));
         assert!(!labelled_prepared(&l("yes")) && !labelled_prepared(&Default::default()));
-        let m = not_labelled_message("team", "op", "sa");
+        let m = not_labelled_message("oc", "team", "op", "sa");
+        assert!(not_labelled_message("kubectl", "team", "op", "sa").contains("`kubectl label namespace team"));
         assert!(m.contains("oc label namespace team tinycode.dev/prepared=true"), "{m}");
         assert!(m.contains("--serviceaccount=op:sa -n team"), "{m}");
     }

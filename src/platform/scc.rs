@@ -84,17 +84,26 @@ impl SccTier {
 
     /// Refuses a writable host directory unless the namespace's hostPath
     /// approval says `readwrite` (a plain `true` approves read-only ones).
-    pub fn check_host_path_write(namespace: &str, ns_labels: &BTreeMap<String, String>) -> Result<(), String> {
+    pub fn check_host_path_write(
+        cli: &str,
+        namespace: &str,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
         if ns_labels.get(HOSTPATH_APPROVAL_LABEL).map(String::as_str) == Some(HOSTPATH_READWRITE) {
             return Ok(());
         }
         Err(format!(
-            "spec.storage.hostPath.readOnly is false, and namespace {namespace} is approved for read-only host directories only; set readOnly: true, or a cluster-admin approves writes after review with `oc label namespace {namespace} {HOSTPATH_APPROVAL_LABEL}={HOSTPATH_READWRITE} --overwrite`"
+            "spec.storage.hostPath.readOnly is false, and namespace {namespace} is approved for read-only host directories only; set readOnly: true, or a cluster-admin approves writes after review with `{cli} label namespace {namespace} {HOSTPATH_APPROVAL_LABEL}={HOSTPATH_READWRITE} --overwrite`"
         ))
     }
 
     /// Refuses a tier the namespace has not been approved for, with the approving command.
-    pub fn check_approval(self, namespace: &str, ns_labels: &BTreeMap<String, String>) -> Result<(), String> {
+    pub fn check_approval(
+        self,
+        cli: &str,
+        namespace: &str,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
         let Some(label) = self.approval_label() else { return Ok(()) };
         let value = ns_labels.get(label).map(String::as_str);
         // `readwrite` approves the hostPath tier for writable host directories too.
@@ -102,7 +111,7 @@ impl SccTier {
             return Ok(());
         }
         Err(format!(
-            "the {} SCC needs a cluster-admin's approval for namespace {namespace}; after review, run `oc label namespace {namespace} {label}=true`",
+            "the {} SCC needs a cluster-admin's approval for namespace {namespace}; after review, run `{cli} label namespace {namespace} {label}=true`",
             self.scc_name()
         ))
     }
@@ -239,16 +248,16 @@ mod tests {
     #[test]
     fn privileged_tiers_need_namespace_approval() {
         let none = BTreeMap::new();
-        assert!(SccTier::Restricted.check_approval("team", &none).is_ok());
-        let e = SccTier::Shell.check_approval("team", &none).unwrap_err();
+        assert!(SccTier::Restricted.check_approval("oc", "team", &none).is_ok());
+        let e = SccTier::Shell.check_approval("oc", "team", &none).unwrap_err();
         assert!(e.contains("oc label namespace team tinycode.dev/allow-shell=true"), "{e}");
         let hostpath_ok = BTreeMap::from([("tinycode.dev/allow-hostpath".to_string(), "true".to_string())]);
-        assert!(SccTier::Hostpath.check_approval("team", &hostpath_ok).is_ok());
+        assert!(SccTier::Hostpath.check_approval("oc", "team", &hostpath_ok).is_ok());
         assert!(
-            SccTier::Shell.check_approval("team", &hostpath_ok).is_err(),
+            SccTier::Shell.check_approval("oc", "team", &hostpath_ok).is_err(),
             "hostpath approval must not approve shell"
         );
-        let e = SccTier::check_host_path_write("team", &hostpath_ok).unwrap_err();
+        let e = SccTier::check_host_path_write("oc", "team", &hostpath_ok).unwrap_err();
         assert!(e.contains("`oc label namespace team tinycode.dev/allow-hostpath=readwrite --overwrite`"), "{e}");
     }
 

@@ -31,6 +31,7 @@ pub fn reserved_cluster_role(role: &str) -> bool {
 /// The ClusterRole to bind for an instance, `None` when it asks for none, or
 /// why it may not have it (with the command that approves it).
 pub fn cluster_role(
+    cli: &str,
     namespace: &str,
     spec: &ClusterAdmin,
     namespace_labels: &BTreeMap<String, String>,
@@ -49,13 +50,13 @@ pub fn cluster_role(
     }
     if !allowed.iter().any(|a| a == role) {
         return Err(format!(
-            "ClusterRole {role} is not in the operator's allow-list ({}); a cluster-admin adds it to --allowed-cluster-roles (TINYCODE_ALLOWED_CLUSTER_ROLES) and to the operator's bind rule, then approves it here with `oc label namespace {namespace} {ALLOW_CLUSTER_ROLE_LABEL}={role} --overwrite`",
+            "ClusterRole {role} is not in the operator's allow-list ({}); a cluster-admin adds it to --allowed-cluster-roles (TINYCODE_ALLOWED_CLUSTER_ROLES) and to the operator's bind rule, then approves it here with `{cli} label namespace {namespace} {ALLOW_CLUSTER_ROLE_LABEL}={role} --overwrite`",
             if allowed.is_empty() { "empty".to_string() } else { allowed.join(", ") }
         ));
     }
     if namespace_labels.get(ALLOW_CLUSTER_ROLE_LABEL).map(String::as_str) != Some(role) {
         return Err(format!(
-            "ClusterRole {role} is not approved for namespace {namespace}; a cluster-admin approves it with `oc label namespace {namespace} {ALLOW_CLUSTER_ROLE_LABEL}={role} --overwrite`"
+            "ClusterRole {role} is not approved for namespace {namespace}; a cluster-admin approves it with `{cli} label namespace {namespace} {ALLOW_CLUSTER_ROLE_LABEL}={role} --overwrite`"
         ));
     }
     Ok(Some(role.to_string()))
@@ -71,9 +72,9 @@ pub fn kubeconfig_shared(annotations: Option<&BTreeMap<String, String>>, namespa
 /// The one message for a kubeconfig that may not be copied, the same whether
 /// the Secret is missing, unreadable or simply not shared, so a tenant learns
 /// nothing about other namespaces from it.
-pub fn kubeconfig_not_shared_message(secret: &str, source_ns: &str, namespace: &str) -> String {
+pub fn kubeconfig_not_shared_message(cli: &str, secret: &str, source_ns: &str, namespace: &str) -> String {
     format!(
-        "Secret {secret} in namespace {source_ns} is not shared with namespace {namespace}; its owner shares it with `oc annotate secret {secret} -n {source_ns} {KUBECONFIG_SHARE_ANNOTATION}={namespace}` (a comma-separated list of namespaces), or create the Secret in {namespace}"
+        "Secret {secret} in namespace {source_ns} is not shared with namespace {namespace}; its owner shares it with `{cli} annotate secret {secret} -n {source_ns} {KUBECONFIG_SHARE_ANNOTATION}={namespace}` (a comma-separated list of namespaces), or create the Secret in {namespace}"
     )
 }
 
@@ -91,14 +92,15 @@ pub fn approved_discovery(ns: &str, spec: &TinycodeInstanceSpec, labelled: &BTre
 
 /// Namespaces (other than the instance's own) whose Services an instance may
 /// discover: those it lists (or all, for `*`) that carry the discovery label.
-/// Listed namespaces without it are left out with a warning.
+/// Listed namespaces without it are left out, and returned second (for
+/// [`not_labelled_warning`]).
 pub fn discovery_namespaces(
     requested: &[String],
     own: &str,
     labelled: &BTreeSet<String>,
 ) -> (Vec<String>, Vec<String>) {
     let mut approved = BTreeSet::new();
-    let mut warnings = Vec::new();
+    let mut not_labelled = Vec::new();
     for ns in requested {
         if ns == own {
             continue;
@@ -108,12 +110,17 @@ pub fn discovery_namespaces(
         } else if labelled.contains(ns) {
             approved.insert(ns.clone());
         } else {
-            warnings.push(format!(
-                "discovery namespace {ns} is not searched: it does not carry the label {DISCOVERY_LABEL}=true; a cluster-admin opens it with `oc label namespace {ns} {DISCOVERY_LABEL}=true`"
-            ));
+            not_labelled.push(ns.clone());
         }
     }
-    (approved.into_iter().collect(), warnings)
+    (approved.into_iter().collect(), not_labelled)
+}
+
+/// The warning for a listed discovery namespace without the label.
+pub fn not_labelled_warning(cli: &str, ns: &str) -> String {
+    format!(
+        "discovery namespace {ns} is not searched: it does not carry the label {DISCOVERY_LABEL}=true; a cluster-admin opens it with `{cli} label namespace {ns} {DISCOVERY_LABEL}=true`"
+    )
 }
 
 #[cfg(test)]
@@ -132,17 +139,29 @@ mod tests {
     fn a_cluster_role_needs_mode_allow_list_and_namespace_label() {
         let allowed = vec!["view".to_string()];
         let approved = labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "view")]);
-        assert_eq!(cluster_role("team", &ca(true, None), &approved, &allowed), Ok(None));
-        assert_eq!(cluster_role("team", &ca(true, Some("view")), &approved, &allowed), Ok(Some("view".into())));
-        let e = cluster_role("team", &ca(false, Some("view")), &approved, &allowed).unwrap_err();
+        assert_eq!(cluster_role("oc", "team", &ca(true, None), &approved, &allowed), Ok(None));
+        assert_eq!(cluster_role("oc", "team", &ca(true, Some("view")), &approved, &allowed), Ok(Some("view".into())));
+        let e = cluster_role("oc", "team", &ca(false, Some("view")), &approved, &allowed).unwrap_err();
         assert!(e.contains("spec.clusterAdmin.enabled"), "{e}");
-        let e = cluster_role("team", &ca(true, Some("view")), &labels(&[]), &allowed).unwrap_err();
+        let e = cluster_role("oc", "team", &ca(true, Some("view")), &labels(&[]), &allowed).unwrap_err();
         assert!(e.contains("`oc label namespace team tinycode.dev/allow-cluster-role=view --overwrite`"), "{e}");
-        let e = cluster_role("team", &ca(true, Some("edit")), &labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "edit")]), &allowed)
-            .unwrap_err();
+        let e = cluster_role(
+            "oc",
+            "team",
+            &ca(true, Some("edit")),
+            &labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "edit")]),
+            &allowed,
+        )
+        .unwrap_err();
         assert!(e.contains("not in the operator's allow-list (view)"), "{e}");
-        let e = cluster_role("team", &ca(true, Some("view")), &labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "edit")]), &allowed)
-            .unwrap_err();
+        let e = cluster_role(
+            "oc",
+            "team",
+            &ca(true, Some("view")),
+            &labels(&[(ALLOW_CLUSTER_ROLE_LABEL, "edit")]),
+            &allowed,
+        )
+        .unwrap_err();
         assert!(e.contains("not approved"), "a label for another role approves nothing: {e}");
     }
 
@@ -160,7 +179,7 @@ mod tests {
             assert!(reserved_cluster_role(role), "{role}");
             let allowed = vec![role.to_string()];
             let l = labels(&[(ALLOW_CLUSTER_ROLE_LABEL, role)]);
-            assert!(cluster_role("team", &ca(true, Some(role)), &l, &allowed).is_err(), "{role}");
+            assert!(cluster_role("oc", "team", &ca(true, Some(role)), &l, &allowed).is_err(), "{role}");
         }
         assert!(!reserved_cluster_role("view") && !reserved_cluster_role("tinycode-readonly"));
     }
@@ -173,17 +192,18 @@ mod tests {
         assert!(!kubeconfig_shared(Some(&a), "team"), "no prefix matches");
         assert!(!kubeconfig_shared(Some(&labels(&[(KUBECONFIG_SHARE_ANNOTATION, "*")])), "team-a"), "no wildcard");
         assert!(!kubeconfig_shared(None, "team-a"));
-        let m = kubeconfig_not_shared_message("kc", "admins", "team-a");
+        let m = kubeconfig_not_shared_message("oc", "kc", "admins", "team-a");
         assert!(m.contains("tinycode.dev/kubeconfig-share-with=team-a") && !m.contains("exist"));
     }
 
     #[test]
     fn discovery_only_reaches_labelled_namespaces() {
         let labelled: BTreeSet<String> = ["models".to_string(), "team".to_string()].into();
-        let (ok, warn) = discovery_namespaces(&["models".into(), "other".into(), "team".into()], "team", &labelled);
-        assert_eq!(ok, vec!["models"]);
-        assert_eq!(warn.len(), 1);
-        assert!(warn[0].contains("other") && warn[0].contains("oc label namespace other"));
+        let (ok, unlabelled) =
+            discovery_namespaces(&["models".into(), "other".into(), "team".into()], "team", &labelled);
+        assert_eq!((ok, unlabelled), (vec!["models".to_string()], vec!["other".to_string()]));
+        let w = not_labelled_warning("kubectl", "other");
+        assert!(w.contains("`kubectl label namespace other tinycode.dev/vllm-discovery=true`"), "{w}");
         let (ok, warn) = discovery_namespaces(&["*".into()], "team", &labelled);
         assert_eq!((ok, warn.len()), (vec!["models".to_string()], 0));
 

@@ -20,6 +20,7 @@ use crate::api::{Phase, TinycodeInstance};
 use crate::platform::openshift::Route;
 use crate::platform::scc::ALL_TIERS;
 use crate::reconcile::calls::delete_ignoring_missing;
+use crate::reconcile::error::During;
 use crate::reconcile::observe::prepared_live;
 use crate::reconcile::written::write_status;
 use crate::reconcile::{Context, Error, status};
@@ -40,7 +41,8 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             tracing::debug!(error = %e, "could not mark the instance Terminating");
         }
     }
-    let namespace = Api::<Namespace>::all(ctx.client.clone()).get_opt(&ns).await?;
+    let namespace =
+        Api::<Namespace>::all(ctx.client.clone()).get_opt(&ns).await.during("read the instance namespace")?;
     let terminating = namespace.as_ref().is_none_or(|n| n.metadata.deletion_timestamp.is_some());
     let degraded = terminating || !matches!(prepared_live(ctx, &ns).await, Ok(missing) if missing.is_empty());
     let mut left: Vec<String> = Vec::new();
@@ -52,7 +54,7 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     } else {
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         for pvc in [naming::data_pvc(&name), naming::projects_pvc(&name), naming::ollama_models_pvc(&name)] {
-            note_left(delete_namespaced(&pvcs, &pvc).await?, &mut left);
+            note_left(delete_namespaced(&pvcs, &pvc).await.during("delete the data volumes")?, &mut left);
         }
         "the data volumes were deleted (storage.retainOnDelete is false)"
     };
@@ -104,7 +106,7 @@ async fn uninstall_release(
     let storage_ns = &ctx.settings.operator_namespace;
     let records_api: Api<Secret> = Api::namespaced(ctx.client.clone(), storage_ns);
     let selector = ListParams::default().labels(&crate::helm::record_selector(release_name));
-    if records_api.list_metadata(&selector).await?.items.is_empty() {
+    if records_api.list_metadata(&selector).await.during("list the release records")?.items.is_empty() {
         return Ok(());
     }
     match ctx.helm.uninstall(release_name, storage_ns).await {
@@ -125,7 +127,7 @@ async fn uninstall_release(
             left.push(format!("the objects of release {release_name} in {}", lost.join(", ")));
         }
     }
-    records_api.delete_collection(&DeleteParams::default(), &selector).await?;
+    records_api.delete_collection(&DeleteParams::default(), &selector).await.during("delete the release records")?;
     Ok(())
 }
 
@@ -159,17 +161,25 @@ async fn remove_own_objects(ctx: &Context, ns: &str, name: &str, left: &mut Vec<
     let client = &ctx.client;
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
     for tier in ALL_TIERS {
-        note_left(delete_namespaced(&bindings, &naming::scc_grant(name, tier.as_str())).await?, left);
+        note_left(
+            delete_namespaced(&bindings, &naming::scc_grant(name, tier.as_str()))
+                .await
+                .during("delete the SCC grants")?,
+            left,
+        );
     }
     if ctx.settings.platform.routes {
         let routes = Api::<Route>::namespaced(client.clone(), ns);
-        note_left(delete_namespaced(&routes, &naming::route(name)).await?, left);
+        note_left(delete_namespaced(&routes, &naming::route(name)).await.during("delete the Route")?, left);
     } else {
         let ingresses = Api::<Ingress>::namespaced(client.clone(), ns);
-        note_left(delete_namespaced(&ingresses, &naming::route(name)).await?, left);
+        note_left(delete_namespaced(&ingresses, &naming::route(name)).await.during("delete the Ingress")?, left);
     }
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
-    note_left(delete_namespaced(&secrets, &naming::kubeconfig_copy(name)).await?, left);
+    note_left(
+        delete_namespaced(&secrets, &naming::kubeconfig_copy(name)).await.during("delete the kubeconfig copy")?,
+        left,
+    );
     Ok(())
 }
 
@@ -179,14 +189,27 @@ async fn remove_outside_objects(ctx: &Context, ns: &str, name: &str, left: &mut 
     let selector = format!("tinycode.dev/instance-namespace={ns},tinycode.dev/instance-name={name}");
     let lp = ListParams::default().labels(&selector);
     let crbs: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
-    for crb in crbs.list_metadata(&lp).await?.items {
-        delete_ignoring_missing(&crbs, &crb.name_any()).await?;
+    for crb in crbs.list_metadata(&lp).await.during("list the instance's ClusterRoleBindings")?.items {
+        delete_ignoring_missing(&crbs, &crb.name_any()).await.during("delete the instance's ClusterRoleBindings")?;
     }
-    delete_ignoring_missing(&crbs, &naming::cluster_role_binding(ns, name)).await?;
-    for rb in Api::<RoleBinding>::all(ctx.client.clone()).list_metadata(&lp).await?.items {
+    delete_ignoring_missing(&crbs, &naming::cluster_role_binding(ns, name))
+        .await
+        .during("delete the instance's ClusterRoleBinding")?;
+    for rb in Api::<RoleBinding>::all(ctx.client.clone())
+        .list_metadata(&lp)
+        .await
+        .during("list the instance's RoleBindings in other namespaces")?
+        .items
+    {
         let rb_ns = rb.metadata.namespace.clone().unwrap_or_default();
         let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &rb_ns);
-        note_left(delete_namespaced(&api, &rb.name_any()).await?.map(|o| format!("{o} in {rb_ns}")), left);
+        note_left(
+            delete_namespaced(&api, &rb.name_any())
+                .await
+                .during("delete the instance's RoleBindings in other namespaces")?
+                .map(|o| format!("{o} in {rb_ns}")),
+            left,
+        );
     }
     Ok(())
 }

@@ -93,8 +93,10 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
         && observed.updated_replicas >= observed.desired_replicas
         && observed.available_replicas >= observed.desired_replicas;
     if !rollout_done {
+        // Routes are OpenShift's, whose CLI is oc.
+        let cli = if observed.exposure == "Route" { "oc" } else { "kubectl" };
         let msg = format!(
-            "waiting for the Deployment: {}/{} replicas available and updated; see `oc get pods -l app.kubernetes.io/component=server` for pods that do not start",
+            "waiting for the Deployment: {}/{} replicas available and updated; see `{cli} get pods -l app.kubernetes.io/component=server` for pods that do not start",
             observed.available_replicas.min(observed.updated_replicas),
             observed.desired_replicas
         );

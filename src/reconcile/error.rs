@@ -18,9 +18,10 @@ pub enum Error {
     #[error("{message}")]
     Blocked { reason: Blocked, message: String },
 
-    /// The API server failed or refused a call: retried with backoff.
-    #[error("Kubernetes API call failed: {}", api_message(.0))]
-    Kube(#[from] kube::Error),
+    /// The API server failed or refused a call: retried with backoff. It
+    /// says what the operator was doing (`during`), not only what failed.
+    #[error("Kubernetes API call failed while the operator tried to {during}: {}", api_message(.source))]
+    Kube { during: &'static str, source: kube::Error },
 
     /// Helm failed: retried with backoff.
     #[error(transparent)]
@@ -30,6 +31,17 @@ pub enum Error {
     /// more helm runs until the spec, the chart or the reconcile request changes.
     #[error("{0}")]
     Stalled(String),
+}
+
+/// Says what a failed API call was for: `result.during("apply the SCC grant")?`.
+pub trait During<T> {
+    fn during(self, what: &'static str) -> Result<T, Error>;
+}
+
+impl<T> During<T> for Result<T, kube::Error> {
+    fn during(self, what: &'static str) -> Result<T, Error> {
+        self.map_err(|source| Error::Kube { during: what, source })
+    }
 }
 
 /// The apiserver's own message (what was refused and why), not the debug dump.
@@ -61,7 +73,7 @@ impl Error {
         match self {
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Blocked { reason, .. } => reason.as_str(),
-            Error::Kube(_) => "KubernetesApiError",
+            Error::Kube { .. } => "KubernetesApiError",
             Error::Helm(_) => "HelmFailed",
             Error::Stalled(_) => "RetriesExhausted",
         }
@@ -81,7 +93,7 @@ impl Error {
         match self {
             Error::InvalidSpec(_) | Error::Stalled(_) => Retry::OnChange,
             Error::Blocked { .. } => Retry::Slowly,
-            Error::Kube(_) | Error::Helm(_) => Retry::Backoff,
+            Error::Kube { .. } | Error::Helm(_) => Retry::Backoff,
         }
     }
 }
@@ -116,5 +128,18 @@ mod tests {
         );
         let helm = Error::Helm(HelmError::Failed { action: "upgrade", stderr: "boom".into() });
         assert_eq!((helm.retry(), helm.reason()), (Retry::Backoff, "HelmFailed"));
+    }
+
+    #[test]
+    fn an_api_error_says_what_the_operator_was_doing() {
+        let refused = kube::core::Status::failure("rolebindings is forbidden", "Forbidden").with_code(403);
+        let failed: Result<(), kube::Error> = Err(kube::Error::Api(Box::new(refused)));
+        let e = failed.during("apply the SCC grant").unwrap_err();
+        assert!(matches!(e, Error::Kube { during: "apply the SCC grant", .. }));
+        assert_eq!((e.retry(), e.reason()), (Retry::Backoff, "KubernetesApiError"));
+        assert_eq!(
+            e.to_string(),
+            "Kubernetes API call failed while the operator tried to apply the SCC grant: rolebindings is forbidden (403)"
+        );
     }
 }

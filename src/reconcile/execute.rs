@@ -15,6 +15,7 @@ use crate::FIELD_MANAGER;
 use crate::api::TinycodeInstance;
 use crate::platform::openshift::Route;
 use crate::reconcile::calls::{apply_params, delete_ignoring_missing};
+use crate::reconcile::error::During;
 use crate::reconcile::plan::{Exposure, Plan};
 use crate::reconcile::{Context, Error};
 use crate::render::naming;
@@ -37,18 +38,23 @@ pub async fn execute(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Res
     }
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
     if let Some(grant) = &plan.grant {
-        bindings.patch(&grant.name_any(), &apply_params(), &Patch::Apply(grant)).await?;
+        bindings.patch(&grant.name_any(), &apply_params(), &Patch::Apply(grant)).await.during("apply the SCC grant")?;
     }
     for stale in &plan.stale_grants {
-        delete_ignoring_missing(&bindings, stale).await?;
+        delete_ignoring_missing(&bindings, stale).await.during("delete the grant of the previous SCC tier")?;
     }
     if plan.replace_cluster_role_binding {
         let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-        delete_ignoring_missing(&crbs, &naming::cluster_role_binding(&ns, &name)).await?;
+        delete_ignoring_missing(&crbs, &naming::cluster_role_binding(&ns, &name))
+            .await
+            .during("replace the ClusterRoleBinding (its roleRef cannot change)")?;
     }
     if let Some(copy) = &plan.kubeconfig_copy {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-        secrets.patch(&copy.name_any(), &apply_params(), &Patch::Apply(copy)).await?;
+        secrets
+            .patch(&copy.name_any(), &apply_params(), &Patch::Apply(copy))
+            .await
+            .during("copy the kubeconfig Secret")?;
     }
     let revision = match &plan.helm {
         Some(run) => crate::reconcile::helm_run::run(ctx, inst, plan, run).await?,
@@ -67,19 +73,25 @@ async fn expose(
     Ok(match exposure {
         Exposure::Route { apply: Some(route), .. } => {
             let routes: Api<Route> = Api::namespaced(ctx.client.clone(), ns);
-            let live = routes.patch(&route.name_any(), &apply_params(), &Patch::Apply(route)).await?;
+            let live = routes
+                .patch(&route.name_any(), &apply_params(), &Patch::Apply(route))
+                .await
+                .during("apply the Route")?;
             (Some(Arc::new(live)), None)
         }
         Exposure::Route { apply: None, live } => (live.clone(), None),
         Exposure::Ingress { apply: Some(ingress), .. } => {
             let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
-            let live = api.patch(&ingress.name_any(), &apply_params(), &Patch::Apply(ingress)).await?;
+            let live = api
+                .patch(&ingress.name_any(), &apply_params(), &Patch::Apply(ingress))
+                .await
+                .during("apply the Ingress")?;
             (None, Some(Arc::new(live)))
         }
         Exposure::Ingress { apply: None, delete, live, .. } => {
             if *delete {
                 let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
-                delete_ignoring_missing(&api, &naming::route(name)).await?;
+                delete_ignoring_missing(&api, &naming::route(name)).await.during("delete the Ingress")?;
             }
             (None, live.clone())
         }
@@ -91,7 +103,7 @@ async fn expose(
 async fn create_password(ctx: &Context, inst: &TinycodeInstance, secret: &Secret) -> Result<(), Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-    secrets.create(&params, secret).await?;
+    secrets.create(&params, secret).await.during("create the generated password Secret")?;
     let name = secret.name_any();
     let note = format!(
         "no spec.auth.passwordSecret: generated a password in Secret {name}, key {}",

@@ -13,6 +13,7 @@ use kube::{Api, ResourceExt};
 use crate::api::TinycodeInstance;
 use crate::helm::{Mode, release};
 use crate::reconcile::calls::delete_ignoring_missing;
+use crate::reconcile::error::During;
 use crate::reconcile::plan::{HelmRun, Plan};
 use crate::reconcile::reason::Blocked;
 use crate::reconcile::written::await_revision;
@@ -119,7 +120,7 @@ async fn discard_pending(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) ->
         match api.delete(&r.secret_name, &DeleteParams { preconditions: Some(seen), ..Default::default() }).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
+            Err(source) => return Err(Error::Kube { during: "discard the record of an interrupted helm run", source }),
         }
         let note = format!(
             "revision {} of release {} was left {} by an interrupted run; it was discarded and the release re-applied",
@@ -166,9 +167,12 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), 
             &DeleteParams::default(),
             &ListParams::default().labels(&crate::helm::record_selector(&legacy)),
         )
-        .await?;
+        .await
+        .during("delete the records of the release an earlier build kept")?;
     let old_binding = naming::legacy_discovery_cluster_binding(&ns, &name);
-    delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding).await?;
+    delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding)
+        .await
+        .during("delete the ClusterRoleBinding an earlier build made for discovery")?;
     let current = naming::release_name(&ns, &name);
     let note = match naming::previous_release_name(&ns, &name) {
         // A release under the name an earlier build shortened it to: its
@@ -179,7 +183,8 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), 
                     &DeleteParams::default(),
                     &ListParams::default().labels(&crate::helm::record_selector(&previous)),
                 )
-                .await?;
+                .await
+                .during("delete the records of the release under its earlier name")?;
             format!(
                 "release {previous} (or {legacy} in {ns}) of an earlier build now lives as {current}; its old records were deleted"
             )

@@ -54,7 +54,7 @@ use crate::ops::memory::Trimmer;
 use crate::ops::metrics::Metrics;
 use crate::settings::Settings;
 use crate::vllm;
-pub use error::{Error, Retry, backoff};
+pub use error::{During, Error, Retry, backoff};
 pub use marks::VALUES_HASH_ANNOTATION;
 pub use stores::PART_OF_SELECTOR;
 
@@ -244,7 +244,7 @@ pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result
             return Err(e);
         }
         Err(kube::runtime::finalizer::Error::AddFinalizer(e) | kube::runtime::finalizer::Error::RemoveFinalizer(e)) => {
-            return Err(Error::Kube(e));
+            return Err(Error::Kube { during: "update the instance's finalizer", source: e });
         }
         Err(e) => return Err(Error::blocked(reason::Blocked::FinalizerError, e.to_string())),
     };
@@ -273,10 +273,8 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
         Err(err) => {
             ctx.metrics.reconciled(err.reason(), started.elapsed());
             ctx.metrics.phase(&instance_key(inst), Some(Phase::Failed));
-            // Commands in messages use the CLI the cluster has.
+            // Every message names the CLI the cluster has (its builders are told which).
             let message = err.to_string();
-            let message =
-                if ctx.settings.platform.cli() == "kubectl" { message.replace("`oc ", "`kubectl ") } else { message };
             let failures = helm_run::recorded_failures(ctx, inst);
             let st = status::failed(inst, &err, &message, failures, &now());
             if let Err(e) = written::write_status_if_changed(ctx, inst, &st).await {
@@ -312,7 +310,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         );
         let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
         let st = status::suspended(inst, stopped, &now());
-        written::write_status_if_changed(ctx, inst, &st).await?;
+        written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
         ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
         // Namespace labels wake it; a kubeconfig owner's consent lives on a
         // Secret in another namespace, which is not watched.
@@ -348,7 +346,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         let note = format!("tinycode is running{}", st.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
     }
-    written::write_status_if_changed(ctx, inst, &st).await?;
+    written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
 }

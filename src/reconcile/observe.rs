@@ -21,6 +21,7 @@ use crate::helm::{manifest, release};
 use crate::platform::openshift::Route;
 use crate::platform::prepare;
 use crate::platform::scc::ALL_TIERS;
+use crate::reconcile::error::During;
 use crate::reconcile::stores::Lookup;
 use crate::reconcile::{Context, Error, discover};
 use crate::render::naming;
@@ -263,7 +264,10 @@ pub async fn prepared_live(ctx: &Context, ns: &str) -> Result<Vec<String>, Error
         spec: SelfSubjectRulesReviewSpec { namespace: Some(ns.into()) },
         ..Default::default()
     };
-    let result = Api::<SelfSubjectRulesReview>::all(ctx.client.clone()).create(&PostParams::default(), &review).await?;
+    let result = Api::<SelfSubjectRulesReview>::all(ctx.client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .during("ask which rules the operator has in the namespace")?;
     Ok(match result.status {
         // Some authorizer could not list its rules; let the real calls decide.
         Some(s) if !s.incomplete => prepare::missing(&s.resource_rules, ctx.settings.platform),
@@ -272,7 +276,7 @@ pub async fn prepared_live(ctx: &Context, ns: &str) -> Result<Vec<String>, Error
 }
 
 async fn secret_facts(api: &Api<Secret>, name: &str) -> Result<SecretFacts, Error> {
-    Ok(match api.get_opt(name).await? {
+    Ok(match api.get_opt(name).await.during("read a Secret the instance names")? {
         None => SecretFacts::Missing,
         Some(s) => {
             let digest = secret_digest(&s);
@@ -309,12 +313,13 @@ async fn kubeconfig(ctx: &Context, inst: &TinycodeInstance, ns: &str) -> Result<
     let source = match Api::<Secret>::namespaced(ctx.client.clone(), &source_namespace).get_opt(&secret_name).await {
         Ok(s) => s,
         Err(kube::Error::Api(s)) if s.code == 403 && cross_namespace => None,
-        Err(e) => return Err(e.into()),
+        Err(source) => return Err(Error::Kube { during: "read the kubeconfig Secret", source }),
     };
     let copy = if cross_namespace {
         Api::<Secret>::namespaced(ctx.client.clone(), ns)
             .get_metadata_opt(&naming::kubeconfig_copy(&inst.name_any()))
-            .await?
+            .await
+            .during("read the kubeconfig copy")?
             .map(|m| m.metadata)
     } else {
         None
@@ -371,7 +376,7 @@ async fn live_meta(ctx: &Context, obj: &manifest::ObjectRef) -> Result<Option<Ob
     } else {
         Api::namespaced_with(ctx.client.clone(), &obj.namespace, &resource)
     };
-    Ok(api.get_metadata_opt(&obj.name).await?.map(|m| m.metadata))
+    Ok(api.get_metadata_opt(&obj.name).await.during("read an object the release rendered")?.map(|m| m.metadata))
 }
 
 /// The objects a release revision rendered, decoded once per record (a
@@ -381,7 +386,7 @@ async fn rendered_objects(ctx: &Context, record: &release::Record) -> Result<Arc
         return Ok(objs.clone());
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.settings.operator_namespace);
-    let secret = api.get(&record.secret_name).await?;
+    let secret = api.get(&record.secret_name).await.during("read the release record")?;
     let data = secret.data.unwrap_or_default();
     let field = data.get("release").map(|b| b.0.as_slice()).unwrap_or_default();
     let objs = manifest::objects_from_record(field).map_err(|e| {

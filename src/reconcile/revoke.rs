@@ -23,6 +23,7 @@ use serde_json::json;
 use crate::api::TinycodeInstance;
 use crate::platform::prepare;
 use crate::platform::scc::{ALL_TIERS, SccTier};
+use crate::reconcile::error::During;
 use crate::reconcile::{Context, Error, approval, discover};
 use crate::render::naming;
 use crate::settings::Settings;
@@ -100,7 +101,8 @@ pub fn withdrawals(
     let labels = labels.unwrap_or(&empty);
     let mut out = Vec::new();
     if let Some(bound) = &held.cluster_role {
-        let approved = approval::cluster_role(&ns, &spec.cluster_admin, labels, &settings.allowed_cluster_roles);
+        let cli = settings.platform.cli();
+        let approved = approval::cluster_role(cli, &ns, &spec.cluster_admin, labels, &settings.allowed_cluster_roles);
         if !gates || approved.ok().flatten().as_ref() != Some(bound) {
             out.push(Withdraw::ClusterRoleBinding);
         }
@@ -109,7 +111,7 @@ pub fn withdrawals(
         out.push(Withdraw::KubeconfigCopy);
     }
     for tier in &held.scc_grants {
-        if !gates || tier.check_approval(&ns, labels).is_err() {
+        if !gates || tier.check_approval(settings.platform.cli(), &ns, labels).is_err() {
             out.push(Withdraw::SccGrant(*tier));
         }
     }
@@ -122,7 +124,7 @@ pub fn withdrawals(
     if held.writable_host_path
         && held.scc_grants.contains(&SccTier::Hostpath)
         && !out.contains(&Withdraw::SccGrant(SccTier::Hostpath))
-        && SccTier::check_host_path_write(&ns, labels).is_err()
+        && SccTier::check_host_path_write(settings.platform.cli(), &ns, labels).is_err()
     {
         out.push(Withdraw::HostPathWrites);
     }
@@ -171,7 +173,7 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
         .await
     {
         Err(kube::Error::Api(s)) if s.code == 403 => None,
-        other => other?,
+        other => other.during("read the kubeconfig copy")?,
     };
     let kubeconfig_copy = match copy {
         None => None,
@@ -204,7 +206,7 @@ async fn kubeconfig_still_shared(ctx: &Context, inst: &TinycodeInstance, ns: &st
         Ok(Some(s)) => Ok(approval::kubeconfig_shared(s.metadata.annotations.as_ref(), ns)),
         Ok(None) => Ok(false),
         Err(kube::Error::Api(s)) if s.code == 403 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(source) => Err(Error::Kube { during: "read whether the kubeconfig Secret is still shared", source }),
     }
 }
 

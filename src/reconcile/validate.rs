@@ -110,13 +110,19 @@ pub fn validate(
     let spec = &inst.spec;
     let tier = SccTier::select(spec);
     if observed.offline {
-        return offline(observed, inst, tier, warnings);
+        return offline(observed, inst, tier, settings, warnings);
     }
     let labels = observed.namespace_labels.clone().unwrap_or_default();
     let host_path_writable = spec.storage.host_path.as_ref().is_some_and(|h| !h.read_only);
     namespace_gates(observed, host_path_writable, settings, &ns, tier, &labels)?;
-    let cluster_role = approval::cluster_role(&ns, &spec.cluster_admin, &labels, &settings.allowed_cluster_roles)
-        .map_err(|message| Invalid { reason: Blocked::ClusterRoleNotApproved, message })?;
+    let cluster_role = approval::cluster_role(
+        settings.platform.cli(),
+        &ns,
+        &spec.cluster_admin,
+        &labels,
+        &settings.allowed_cluster_roles,
+    )
+    .map_err(|message| Invalid { reason: Blocked::ClusterRoleNotApproved, message })?;
     let requested: Vec<String> = approval::requested_discovery(spec).cloned().collect();
     let discovery_namespaces = approved_discovery(&ns, spec, &observed.discovery_labelled);
     let mut warnings = warnings;
@@ -125,20 +131,22 @@ pub fn validate(
         // Labelled but unprepared namespaces get their own warning below.
         let mut labelled = observed.discovery_labelled.clone();
         labelled.extend(unprepared.iter().cloned());
-        warnings.extend(approval::discovery_namespaces(&requested, &ns, &labelled).1);
+        let cli = settings.platform.cli();
+        let unlabelled = approval::discovery_namespaces(&requested, &ns, &labelled).1;
+        warnings.extend(unlabelled.iter().map(|other| approval::not_labelled_warning(cli, other)));
         for other in unprepared.iter().filter(|u| requested.iter().any(|r| r == "*" || r == *u)) {
             warnings.push(format!(
                 "discovery namespace {other} is skipped: the operator is not prepared there (a cluster-admin prepares it with {})",
-                crate::platform::prepare::prepare_commands(other, &settings.operator_namespace, &settings.operator_service_account)
+                crate::platform::prepare::prepare_commands(cli, other, &settings.operator_namespace, &settings.operator_service_account)
             ));
         }
     }
     let mut mounted = Vec::new();
-    let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
+    let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     let (kubeconfig_copy, cluster_admin_condition) = match &observed.kubeconfig {
         Some(facts) if spec.cluster_admin.enabled => {
-            let (copy, condition) = kubeconfig(facts, inst, &ns, &mut mounted)?;
+            let (copy, condition) = kubeconfig(settings.platform.cli(), facts, inst, &ns, &mut mounted)?;
             (copy, Some(condition))
         }
         _ => (None, None),
@@ -171,12 +179,13 @@ fn offline(
     observed: &Observed,
     inst: &TinycodeInstance,
     tier: SccTier,
+    settings: &Settings,
     mut warnings: Vec<String>,
 ) -> Result<ValidInstance, Invalid> {
     let name = inst.metadata.name.clone().unwrap_or_default();
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     let mut mounted = Vec::new();
-    let generate_password = password(observed, inst, &name, &ns, &mut mounted)?;
+    let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     Ok(ValidInstance {
         uid: inst.metadata.uid.clone().unwrap_or_default(),
@@ -207,18 +216,20 @@ fn namespace_gates(
     tier: SccTier,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), Invalid> {
+    let cli = settings.platform.cli();
     if let Some((key, value)) = &settings.required_namespace_label
         && labels.get(key) != Some(value)
     {
         return Err(blocked(
             Blocked::NamespaceNotEnabled,
             format!(
-                "namespace {ns} has not opted in to tinycode; a cluster-admin enables it with `oc label namespace {ns} {key}={value}`"
+                "namespace {ns} has not opted in to tinycode; a cluster-admin enables it with `{cli} label namespace {ns} {key}={value}`"
             ),
         ));
     }
     if settings.require_prepared_label && !crate::platform::prepare::labelled_prepared(labels) {
         let message = crate::platform::prepare::not_labelled_message(
+            settings.platform.cli(),
             ns,
             &settings.operator_namespace,
             &settings.operator_service_account,
@@ -227,6 +238,7 @@ fn namespace_gates(
     }
     if !observed.missing_rules.is_empty() {
         let message = crate::platform::prepare::not_prepared_message(
+            settings.platform.cli(),
             ns,
             &observed.missing_rules,
             &settings.operator_namespace,
@@ -263,9 +275,9 @@ fn check_tier(
     tier: SccTier,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), Invalid> {
-    tier.check_approval(ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
+    tier.check_approval(platform.cli(), ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
     if host_path_writable {
-        SccTier::check_host_path_write(ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
+        SccTier::check_host_path_write(platform.cli(), ns, labels).map_err(|m| blocked(Blocked::SccNotApproved, m))?;
     }
     if !platform.sccs {
         return platform::check_pod_security(ns, tier, labels).map_err(|m| blocked(Blocked::PodSecurityNotAllowed, m));
@@ -284,6 +296,7 @@ fn check_tier(
 
 /// The password Secret: the one named, or the generated one (created when missing).
 fn password(
+    cli: &str,
     observed: &Observed,
     inst: &TinycodeInstance,
     name: &str,
@@ -307,7 +320,7 @@ fn password(
                 return Err(blocked(
                     Blocked::PasswordSecretInvalid,
                     format!(
-                        "Secret {secret} in {ns} has no key {PASSWORD_KEY}; delete it (`oc delete secret {secret} -n {ns}`) and the operator generates a new password"
+                        "Secret {secret} in {ns} has no key {PASSWORD_KEY}; delete it (`{cli} delete secret {secret} -n {ns}`) and the operator generates a new password"
                     ),
                 ));
             }
@@ -317,7 +330,7 @@ fn password(
         (Some(pw), SecretFacts::Missing) => Err(blocked(
             Blocked::PasswordSecretMissing,
             format!(
-                "spec.auth.passwordSecret names Secret {pw}, which does not exist in {ns}; create it with `oc create secret generic {pw} --from-literal={PASSWORD_KEY}=<password> -n {ns}`"
+                "spec.auth.passwordSecret names Secret {pw}, which does not exist in {ns}; create it with `{cli} create secret generic {pw} --from-literal={PASSWORD_KEY}=<password> -n {ns}`"
             ),
         )),
         (Some(pw), SecretFacts::Present { keys, digest }) => {
@@ -325,7 +338,7 @@ fn password(
                 return Err(blocked(
                     Blocked::PasswordSecretInvalid,
                     format!(
-                        "Secret {pw} in {ns} has no key {PASSWORD_KEY}; re-create it with `oc create secret generic {pw} --from-literal={PASSWORD_KEY}=<password> -n {ns}`"
+                        "Secret {pw} in {ns} has no key {PASSWORD_KEY}; re-create it with `{cli} create secret generic {pw} --from-literal={PASSWORD_KEY}=<password> -n {ns}`"
                     ),
                 ));
             }
@@ -367,6 +380,7 @@ fn git_credentials(
 /// only when that namespace's owner shares it with this one (else the copy
 /// made earlier goes, and the message does not say whether the Secret exists).
 fn kubeconfig(
+    cli: &str,
     facts: &KubeconfigFacts,
     inst: &TinycodeInstance,
     ns: &str,
@@ -383,7 +397,7 @@ fn kubeconfig(
         if !shared {
             return Err(Invalid {
                 reason: Blocked::KubeconfigNotShared,
-                message: approval::kubeconfig_not_shared_message(&secret_name, source_ns, ns),
+                message: approval::kubeconfig_not_shared_message(cli, &secret_name, source_ns, ns),
             });
         }
     }
@@ -391,7 +405,7 @@ fn kubeconfig(
         return Err(blocked(
             Blocked::KubeconfigSecretMissing,
             format!(
-                "spec.clusterAdmin.kubeconfigSecretName names Secret {secret_name}, which does not exist in {source_ns}; create it with `oc create secret generic {secret_name} --from-file={key}=<kubeconfig> -n {source_ns}`"
+                "spec.clusterAdmin.kubeconfigSecretName names Secret {secret_name}, which does not exist in {source_ns}; create it with `{cli} create secret generic {secret_name} --from-file={key}=<kubeconfig> -n {source_ns}`"
             ),
         ));
     };

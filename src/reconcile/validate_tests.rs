@@ -305,3 +305,35 @@ fn the_valid_instance_carries_what_later_stages_read() {
     assert_eq!(request(&inst), Some(ReconcileRequest { value: "r2".into(), handled: true }));
     assert_eq!(request(&inst).unwrap().unhandled(), None);
 }
+
+/// One vocabulary: on plain Kubernetes every command a refusal or warning
+/// names is a kubectl command, on OpenShift an oc one.
+#[test]
+fn messages_name_the_platforms_cli() {
+    let kubernetes = Settings { platform: Platform::KUBERNETES, ..Default::default() };
+    let openshift = Settings::default();
+    let role =
+        serde_json::json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc", "clusterRole": "view"}});
+    let password = serde_json::json!({"auth": {"passwordSecret": "pw"}});
+    let discovery = serde_json::json!({"discovery": {"namespaces": ["elsewhere"]}});
+    let unprepared: fn(&mut Observed) = |o| o.namespace_labels = Some(BTreeMap::new());
+    let missing_password: fn(&mut Observed) = |o| o.password = crate::reconcile::observe::SecretFacts::Missing;
+    type Case = (serde_json::Value, fn(&mut Observed));
+    let refusals: Vec<Case> = vec![
+        (serde_json::json!({}), unprepared),
+        (role.clone(), |o| o.kubeconfig = kubeconfig_facts("team", None)),
+        (password.clone(), missing_password),
+        (serde_json::json!({"shell": {"enabled": true}}), |_| {}),
+    ];
+    for (settings, cli, other) in [(&kubernetes, "`kubectl ", "`oc "), (&openshift, "`oc ", "`kubectl ")] {
+        for (spec, setup) in &refusals {
+            let mut obs = observed();
+            setup(&mut obs);
+            let e = validate(&obs, &instance(spec.clone()), settings, Vec::new()).unwrap_err();
+            assert!(e.message.contains(cli) && !e.message.contains(other), "{:?}: {}", e.reason, e.message);
+        }
+        let valid = validate(&observed(), &instance(discovery.clone()), settings, Vec::new()).unwrap();
+        assert!(valid.warnings.iter().all(|w| w.contains(cli) && !w.contains(other)), "{:?}", valid.warnings);
+        assert!(!valid.warnings.is_empty());
+    }
+}

@@ -141,9 +141,10 @@ pub fn reserved_namespace(namespace: &str, settings: &Settings) -> Option<String
         || namespace.starts_with("openshift-")
         || namespace == "openshift"
         || namespace == settings.operator_namespace;
+    let create = if settings.platform.cli() == "oc" { "oc new-project" } else { "kubectl create namespace" };
     reserved.then(|| {
         format!(
-            "namespace {namespace:?} is reserved (default, kube-*, openshift-* and the operator's own); create the instance in a namespace prepared for tinycode, e.g. `oc new-project tinycode-dev`"
+            "namespace {namespace:?} is reserved (default, kube-*, openshift-* and the operator's own); create the instance in a namespace prepared for tinycode, e.g. `{create} tinycode-dev`"
         )
     })
 }
