@@ -120,7 +120,11 @@ fn install_met_a_release(records: &[BTreeMap<String, String>]) -> bool {
     let own_failure = |l: &BTreeMap<String, String>| {
         l.get("status").map(String::as_str) == Some("failed") && l.get("version").map(String::as_str) == Some("1")
     };
-    !records.is_empty() && !(records.len() == 1 && own_failure(&records[0]))
+    match records {
+        [] => false,
+        [only] => !own_failure(only),
+        _ => true,
+    }
 }
 
 /// Result of a successful install or upgrade.
