@@ -688,3 +688,15 @@ fn egress_closes_link_local_metadata_and_the_admins_cidrs() {
     );
     assert_eq!(np["spec"]["egress"].as_array().unwrap().len(), 1, "no other egress rule opens more");
 }
+
+/// spec.stopped renders every workload at zero replicas and changes nothing else.
+#[test]
+fn stopped_renders_both_workloads_at_zero_replicas_and_keeps_the_rest() {
+    let (_, running) = render(json!({"ollama": {"enabled": true}, "replicas": 1}));
+    let (_, stopped) = render(json!({"ollama": {"enabled": true}, "replicas": 1, "stopped": true}));
+    assert_eq!(find(&stopped, "Deployment", "dev-tinycode")["spec"]["replicas"], 0);
+    assert_eq!(find(&stopped, "Deployment", "dev-ollama")["spec"]["replicas"], 0);
+    assert_eq!(find(&running, "Deployment", "dev-tinycode")["spec"]["replicas"], 1);
+    assert_eq!(find(&running, "Deployment", "dev-ollama")["spec"]["replicas"], 1);
+    assert_eq!(kinds(&stopped), kinds(&running), "PVCs, Services, the NetworkPolicy... all kept");
+}

@@ -169,6 +169,13 @@ pub struct TinycodeInstanceSpec {
     /// writes to its objects until it is false again; deletion still cleans up.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+
+    /// Stop the instance: its workloads (tinycode and the bundled Ollama) are
+    /// scaled to zero and cost nothing; PVCs, Secrets, the Route/Ingress and the
+    /// release are kept, and status.url still says where it will be. false
+    /// starts it again with the same data.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 fn default_image() -> String {

@@ -61,6 +61,8 @@ pub enum Phase {
     Failed,
     Terminating,
     Suspended,
+    /// spec.stopped: the workloads are scaled to zero, everything else is kept.
+    Stopped,
 }
 
 impl Phase {
@@ -72,6 +74,7 @@ impl Phase {
             Phase::Failed => "Failed",
             Phase::Terminating => "Terminating",
             Phase::Suspended => "Suspended",
+            Phase::Stopped => "Stopped",
         }
     }
 }

@@ -137,8 +137,15 @@ impl Metrics {
             Some(p) => phases.insert(key.to_string(), p),
             None => phases.remove(key),
         };
-        for p in [Phase::Pending, Phase::Deploying, Phase::Running, Phase::Failed, Phase::Terminating, Phase::Suspended]
-        {
+        for p in [
+            Phase::Pending,
+            Phase::Deploying,
+            Phase::Running,
+            Phase::Failed,
+            Phase::Terminating,
+            Phase::Suspended,
+            Phase::Stopped,
+        ] {
             let n = phases.values().filter(|x| **x == p).count();
             self.instances.get_or_create(&PhaseLabels { phase: p.as_str().into() }).set(n as i64);
         }

@@ -84,11 +84,17 @@ pub struct Workload {
     pub tls: bool,
     /// What exposes the instance: "Route" or "Ingress".
     pub exposure: &'static str,
+    /// spec.stopped: the workloads run zero replicas on purpose.
+    pub stopped: bool,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
 pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Option<String>, Desired) {
     let url = observed.admitted_host.as_ref().map(|h| format!("{}://{h}", if observed.tls { "https" } else { "http" }));
+    if observed.stopped {
+        let message = "spec.stopped is true: the workloads are scaled to zero; the data volumes, Secrets, the Route or Ingress and the release are kept (status.url is where it will be); set it to false to start again";
+        return (Phase::Stopped, url, Desired::new(READY, false, "Stopped", message));
+    }
     let rollout_done = observed.deployment_current
         && observed.updated_replicas >= observed.desired_replicas
         && observed.available_replicas >= observed.desired_replicas;
@@ -147,6 +153,7 @@ pub fn progress_ok(phase: Phase) -> Vec<Desired> {
     let (reconciling, message) = match phase {
         Phase::Running => (false, "the release is applied and the Deployment is available"),
         Phase::Suspended => (false, "spec.suspend is true: nothing is applied"),
+        Phase::Stopped => (false, "spec.stopped is true: the release is applied with no replicas"),
         _ => (true, "waiting for the Deployment to roll out"),
     };
     vec![
@@ -225,9 +232,17 @@ mod tests {
             admitted_host: None,
             tls: true,
             exposure: "Route",
+            stopped: false,
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));
+        let stopped = Workload { stopped: true, admitted_host: Some("dev.apps.example.com".into()), ..o.clone() };
+        let (phase, url, ready) = workload_status(&stopped, &[]);
+        assert_eq!(
+            (phase, url.as_deref(), ready.status, ready.reason.as_str()),
+            (Phase::Stopped, Some("https://dev.apps.example.com"), false, "Stopped"),
+            "stopped: no rollout awaited, the URL kept"
+        );
         assert!(ready.message.contains("1/2"));
         o.available_replicas = 2;
         o.deployment_current = false;

@@ -342,13 +342,22 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     };
     let st = status::applied(inst, &plan, &outcome, deployment.as_deref(), &now());
     let phase = st.phase.unwrap_or(Phase::Deploying);
-    if inst.status.as_ref().and_then(|s| s.phase) != Some(Phase::Running) && phase == Phase::Running {
+    let before = inst.status.as_ref().and_then(|s| s.phase);
+    if before != Some(Phase::Running) && phase == Phase::Running {
         let note = format!("tinycode is running{}", st.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
     }
+    if before != Some(Phase::Stopped) && phase == Phase::Stopped {
+        let note = "spec.stopped: the workloads were scaled to zero; data, Route/Ingress and release kept".to_string();
+        ctx.event(inst, EventType::Normal, "Stopped", "Reconcile", note).await;
+    } else if before == Some(Phase::Stopped) && phase != Phase::Stopped {
+        let note = "spec.stopped is false again: the workloads start with the same data".to_string();
+        ctx.event(inst, EventType::Normal, "Started", "Reconcile", note).await;
+    }
     written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
-    Ok(Action::requeue(if phase == Phase::Running { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
+    let settled = matches!(phase, Phase::Running | Phase::Stopped);
+    Ok(Action::requeue(if settled { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
 }
 
 /// The `namespace/name` an instance is known by in metrics and in

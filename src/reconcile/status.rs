@@ -70,6 +70,7 @@ fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> 
         admitted_host: host,
         tls,
         exposure,
+        stopped: plan.values.stopped,
     };
     (workload, condition)
 }

@@ -36,6 +36,8 @@ pub struct Values {
     pub image: String,
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
+    /// spec.stopped: every workload runs zero replicas; nothing else changes.
+    pub stopped: bool,
     pub resources: ResourcesValues,
     pub storage: StorageValues,
     pub hostname: String,
@@ -95,6 +97,7 @@ pub fn build(
         secrets_checksum: approved.secrets_digest.clone(),
         image: spec.image.clone(),
         replicas: spec.replicas,
+        stopped: spec.stopped,
         resources: ResourcesValues::of(&spec.resources),
         storage: StorageValues::of(&spec.storage, spec.replicas),
         hostname: spec.hostname.clone().unwrap_or_default(),

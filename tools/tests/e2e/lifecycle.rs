@@ -13,6 +13,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::platform::openshift::Route;
 use tinycode_operator::render::naming;
 
 use super::{delete_and_wait_gone, deploy, kubeconfig, put_secret};
@@ -325,4 +326,57 @@ pub async fn an_install_that_meets_a_record_upgrades_it(env: &mut Env) -> TestRe
         format!("the Deployment is not among what the upgrade rendered: {rendered:?}"),
     )?;
     helm.uninstall(&release, &ns).await.ctx("uninstall")
+}
+
+/// `spec.stopped`: both workloads (tinycode and the bundled Ollama) go to zero
+/// replicas in one helm revision; the PVCs, the Route and `status.url` stay;
+/// no helm runs while it stays stopped; `false` brings it back on the same PVCs.
+pub async fn stop_scales_to_zero_and_start_brings_it_back(env: &mut Env) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("stop");
+    env.prepare_with_script(&ns)?;
+    let spec = json!({"ollama": {"enabled": true}});
+    deploy(env, &c, &ns, "dev", spec.clone()).await?;
+    let running = run_to_running(&c, &ns, "dev").await?;
+    let url = running.status.as_ref().and_then(|s| s.url.clone()).ok_or("no URL while running")?;
+    let pvcs = crate::pvc_uids(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    let revision = env.release(&release)?.ok_or("no release")?.0;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    let replicas = |name: &'static str| {
+        let deployments = deployments.clone();
+        async move { Ok::<_, String>(deployments.get(name).await.ctx("deployment")?.spec.replicas) }
+    };
+
+    let mut stopped = spec.clone();
+    stopped["stopped"] = json!(true);
+    apply_instance(&c, &ns, "dev", stopped).await.ctx("stop")?;
+    let inst = wait_phase(&c, &ns, "dev", "Stopped").await?;
+    let (ready, reason, _) = ready(&inst);
+    ensure_eq((ready.as_str(), reason.as_str()), ("False", "Stopped"), "Ready")?;
+    ensure_eq(inst.status.as_ref().and_then(|s| s.url.clone()), Some(url.clone()), "status.url kept")?;
+    ensure_eq((replicas("dev-tinycode").await?, replicas("dev-ollama").await?), (Some(0), Some(0)), "replicas")?;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision + 1), "one revision for the stop")?;
+    ensure_eq(crate::pvc_uids(&c, &ns, "dev").await?, pvcs.clone(), "PVCs")?;
+    let routes: Api<Route> = Api::namespaced(c.clone(), &ns);
+    ensure(routes.get_opt("dev-tinycode").await.ctx("route")?.is_some(), "the Route went")?;
+    let events = Api::<Event>::namespaced(c.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    ensure(events.items.iter().any(|e| e.reason.as_deref() == Some("Stopped")), "no Stopped event")?;
+
+    // Staying stopped costs no helm run.
+    crate::tenancy::poke(&c, &ns, "dev", 1).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision + 1), "revision while stopped")?;
+
+    apply_instance(&c, &ns, "dev", spec).await.ctx("start")?;
+    wait_for("the start's revision", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.0 == revision + 2 && r.1 == "deployed"))
+    })
+    .await?;
+    ensure_eq((replicas("dev-tinycode").await?, replicas("dev-ollama").await?), (Some(1), Some(1)), "replicas")?;
+    run_to_running(&c, &ns, "dev").await?;
+    ensure_eq(crate::pvc_uids(&c, &ns, "dev").await?, pvcs, "the same PVCs after the start")?;
+    let events = Api::<Event>::namespaced(c.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    ensure(events.items.iter().any(|e| e.reason.as_deref() == Some("Started")), "no Started event")?;
+    delete_and_wait_gone(&c, &ns, "dev").await
 }

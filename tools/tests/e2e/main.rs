@@ -186,6 +186,7 @@ fn main() {
         failed_upgrade_rolls_back_to_the_last_good_revision,
         an_install_that_meets_a_record_upgrades_it,
         suspend_stops_helm_and_resume_applies,
+        stop_scales_to_zero_and_start_brings_it_back,
         a_63_character_name_runs,
         storage_is_fixed_at_creation,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
