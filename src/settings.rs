@@ -100,6 +100,8 @@ pub struct ProbeSettings {
     pub allow_loopback: bool,
     /// How long a probe result is reused before the server is asked again.
     pub cache_ttl: Duration,
+    /// Name servers the probes ask instead of /etc/resolv.conf's, if any.
+    pub nameservers: Vec<std::net::SocketAddr>,
 }
 
 impl Default for ProbeSettings {
@@ -109,6 +111,7 @@ impl Default for ProbeSettings {
             max_body: 1 << 20,
             allow_loopback: false,
             cache_ttl: Duration::from_secs(300),
+            nameservers: Vec::new(),
         }
     }
 }

@@ -146,6 +146,10 @@ pub struct SettingsArgs {
     /// Probe vLLM servers on loopback addresses (local stand-ins in tests only).
     #[arg(long, global = true, env = "TINYCODE_VLLM_ALLOW_LOOPBACK")]
     pub vllm_allow_loopback: bool,
+    /// Name servers (ip:port, comma-separated) the vLLM probes ask instead of
+    /// /etc/resolv.conf's; /etc/hosts still answers first.
+    #[arg(long, global = true, env = "TINYCODE_DNS_NAMESERVERS", value_delimiter = ',')]
+    pub dns_nameservers: Vec<std::net::SocketAddr>,
     /// Timeout of one vLLM probe request.
     #[arg(long, global = true, env = "TINYCODE_VLLM_PROBE_TIMEOUT_SECONDS", default_value_t = 3)]
     pub vllm_probe_timeout_seconds: u64,
@@ -276,6 +280,7 @@ impl SettingsArgs {
             probes: crate::vllm::ProbeSettings {
                 timeout: Duration::from_secs(self.vllm_probe_timeout_seconds.max(1)),
                 allow_loopback: self.vllm_allow_loopback,
+                nameservers: self.dns_nameservers.clone(),
                 ..Default::default()
             },
             // Without a cluster (the values command), auto means OpenShift; `run` detects.

@@ -243,7 +243,11 @@ impl Prober {
             .no_proxy()
             // Names are resolved and their addresses checked in one step, so
             // the address checked is the address connected to.
-            .dns_resolver(netguard::GuardedResolver::new(settings.allow_loopback, settings.timeout))
+            .dns_resolver(netguard::GuardedResolver::with_nameservers(
+                settings.allow_loopback,
+                settings.timeout,
+                &settings.nameservers,
+            ))
             .build()
             .expect("HTTP client");
         Self { client, settings, cache: Mutex::default(), slots: Semaphore::new(MAX_CONCURRENT_PROBES) }

@@ -238,6 +238,22 @@ impl GuardedResolver {
     /// A resolver configured like the system's (/etc/resolv.conf), each
     /// lookup bounded by `timeout`.
     pub fn new(allow_loopback: bool, timeout: Duration) -> Self {
+        Self::with_nameservers(allow_loopback, timeout, &[])
+    }
+
+    /// [`GuardedResolver::new`], asking only `nameservers` when any are given
+    /// (`/etc/hosts` still answers first).
+    pub fn with_nameservers(allow_loopback: bool, timeout: Duration, nameservers: &[SocketAddr]) -> Self {
+        if !nameservers.is_empty() {
+            use hickory_resolver::config::NameServerConfigGroup;
+            let mut servers = NameServerConfigGroup::new();
+            for s in nameservers {
+                servers.merge(NameServerConfigGroup::from_ips_clear(&[s.ip()], s.port(), true));
+            }
+            let config = ResolverConfig::from_parts(None, vec![], servers);
+            let builder = TokioResolver::builder_with_config(config, TokioConnectionProvider::default());
+            return Self::build(allow_loopback, timeout, DNS_SLOTS, builder);
+        }
         let builder = TokioResolver::builder_tokio().unwrap_or_else(|e| {
             // No name server: IP literals and /etc/hosts still resolve.
             tracing::warn!(error = %e, "cannot read the system DNS configuration; host names will not resolve");

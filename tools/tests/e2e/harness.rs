@@ -134,6 +134,8 @@ pub struct Env {
     pub real_openshift_schemas: bool,
     /// The chart the operator runs with (an operator upgrade is played by a changed copy).
     pub chart: PathBuf,
+    /// Settings (environment) the next operator start adds to the suite's.
+    pub extra_env: Vec<(String, String)>,
     operator: Option<Child>,
 }
 
@@ -204,6 +206,7 @@ impl Env {
             run_id,
             real_openshift_schemas: crds.is_some(),
             chart: repo_root().join("helm-charts/tinycode"),
+            extra_env: Vec::new(),
             operator: None,
         })
     }
@@ -265,6 +268,7 @@ impl Env {
             .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
             .env("TINYCODE_METRICS_ADDR", format!("127.0.0.1:{}", ports.1))
             .env("POD_NAME", identity)
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info,tinycode_operator=debug,kube=warn")
             .env("NO_COLOR", "1")
             .stdout(log.try_clone().ctx("log")?)

@@ -356,3 +356,66 @@ pub async fn a_release_under_its_old_shortened_name_moves_to_the_new_one(env: &m
     run_to_running(&admin, &ns, name).await?;
     delete_and_wait_gone(&admin, &ns, name).await
 }
+
+/// Attack: provider URLs and discovery Services naming hosts under a zone
+/// whose name server never answers. Lookups are bounded in number and time
+/// (a timed-out one frees its slot), so the instance gets its warnings and
+/// another tenant's instance deploys meanwhile. The operator is restarted
+/// with a name server on loopback that reads queries and never replies.
+pub async fn tenant_names_under_a_silent_zone_do_not_stall_the_operator(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let silent = tokio::net::UdpSocket::bind("127.0.0.1:0").await.ctx("bind the silent name server")?;
+    let server = silent.local_addr().ctx("address")?;
+    let queries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = queries.clone();
+    let listener = tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while silent.recv_from(&mut buf).await.is_ok() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    env.extra_env = vec![("TINYCODE_DNS_NAMESERVERS".into(), server.to_string())];
+    env.start_operator()?;
+    let result = silent_zone(env, &admin).await;
+    listener.abort();
+    env.extra_env.clear();
+    env.start_operator()?;
+    result?;
+    ensure(queries.load(std::sync::atomic::Ordering::Relaxed) > 0, "no lookup reached the silent name server")
+}
+
+async fn silent_zone(env: &mut Env, admin: &Client) -> TestResult {
+    let alice = tenant(env, "alice", "dns-a").await?;
+    let bob = tenant(env, "bob", "dns-b").await?;
+    let providers: Vec<Value> =
+        (0..20).map(|i| json!({"name": format!("p{i}"), "url": format!("http://m{i}.silent.example:8000")})).collect();
+    let services: Api<Service> = Api::namespaced(alice.client.clone(), &alice.ns);
+    for i in 0..40 {
+        let svc: Service = serde_json::from_value(json!({"metadata": {"name": format!("silent-{i}"), "annotations": {
+            "tinycode.dev/discover": "vllm", "tinycode.dev/vllm-url": format!("http://s{i}.silent.example:8000")}},
+            "spec": {"ports": [{"name": "http", "port": 8000}]}}))
+        .unwrap();
+        services.create(&PostParams::default(), &svc).await.ctx("discovery service")?;
+    }
+    apply_instance(&alice.client, &alice.ns, "dev", json!({"vllm": providers})).await.ctx("apply")?;
+    // Meanwhile another tenant's instance deploys and runs.
+    super::deploy(env, &bob.client, &bob.ns, "dev", json!({})).await?;
+    run_to_running(admin, &bob.ns, "dev").await?;
+    let message = wait_for("the lookups reported as failed", Duration::from_secs(120), || async {
+        let Some(i) = get_instance(admin, &alice.ns, "dev").await? else { return Ok(None) };
+        let st = i.status.unwrap_or_default();
+        Ok(st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "VllmConfigReady" && c.status == "False")
+            .map(|c| c.message.clone()))
+    })
+    .await?;
+    ensure(message.contains("m0.silent.example"), format!("the unreachable provider is not named: {message}"))?;
+    let (status, _) = http_get(MAIN_PORTS.0, "/healthz").await?;
+    ensure_eq(status, 200, "/healthz")?;
+    let (_, peak) = env.operator_rss_mib()?;
+    ensure(peak < RSS_CEILING_MIB, format!("the operator's peak RSS reached {peak} MiB"))?;
+    delete_and_wait_gone(&alice.client, &alice.ns, "dev").await?;
+    delete_and_wait_gone(&bob.client, &bob.ns, "dev").await
+}

@@ -178,6 +178,7 @@ fn main() {
         tenant_cannot_keep_grants_by_suspending_or_breaking_the_spec,
         tenant_input_cannot_exhaust_the_operator,
         another_namespaces_admin_cannot_hold_an_instance_hostage,
+        tenant_names_under_a_silent_zone_do_not_stall_the_operator,
         legacy_release_moves_to_the_operator_namespace,
         a_release_under_its_old_shortened_name_moves_to_the_new_one,
         operator_upgrade_rerenders_untouched_instances,
