@@ -130,7 +130,8 @@ pub struct SettingsArgs {
     /// Size of the Ollama models PVC.
     #[arg(long, global = true, env = "TINYCODE_OLLAMA_MODELS_SIZE", default_value = "20Gi")]
     pub ollama_models_size: String,
-    /// The helm 3 binary, 3.16 or newer (`--skip-schema-validation`).
+    /// The helm binary: helm 3, 3.17 or newer (`--take-ownership`); checked at start-up
+    /// by `run`, which refuses an older helm and helm 4.
     #[arg(long, global = true, env = "HELM_BIN", default_value = "helm")]
     pub helm_bin: PathBuf,
     /// The bundled chart.
@@ -138,7 +139,7 @@ pub struct SettingsArgs {
     pub chart_path: PathBuf,
     /// Helm failures allowed for one rendering (spec, chart, operator version) before the
     /// instance is Stalled; a changed spec or tinycode.dev/reconcile-requested-at tries again.
-    #[arg(long, env = "TINYCODE_MAX_RETRIES", default_value_t = 5)]
+    #[arg(long, global = true, env = "TINYCODE_MAX_RETRIES", default_value_t = 5)]
     pub max_retries: u32,
     /// Longest a helm run may take.
     #[arg(long, global = true, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]

@@ -1,5 +1,5 @@
 //! `tinycode-operator run`: connect, detect the platform, serve health and
-//! metrics, win the leader lease, then run the controller until a signal, a
+//! metrics, check helm's version, win the leader lease, then run the controller until a signal, a
 //! lost lease or a change of the cluster's APIs stops it.
 
 use std::process::ExitCode;
@@ -51,6 +51,21 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     on_signal(stop_tx.clone());
+    let helm = Helm::new(
+        settings.helm_bin.clone(),
+        settings.chart_path.clone(),
+        settings.helm_timeout,
+        stop_rx.clone(),
+        metrics.clone(),
+    )
+    .map_err(|e| fail(1, "cannot create helm's working directory", e))?
+    .with_record_lookup(client.clone());
+    // Once, before standing by for the lease: a helm the operator cannot run
+    // stops every replica here, not at the first instance.
+    let printed = helm.version().await.map_err(|e| fail(1, "cannot ask helm its version; set HELM_BIN", e))?;
+    let helm_version = crate::helm::version::check(&settings.helm_bin.display().to_string(), &printed)
+        .map_err(|e| fail(1, "helm is a version the operator cannot run", e))?;
+    tracing::info!(helm = %helm_version, bin = %settings.helm_bin.display(), "helm");
 
     let elector = args.leader_elect.then(|| {
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
@@ -69,15 +84,6 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     health.leader.store(true, Ordering::Relaxed);
     let platform_changed = watch_platform(&client, &settings, stop_tx.clone());
 
-    let helm = Helm::new(
-        settings.helm_bin.clone(),
-        settings.chart_path.clone(),
-        settings.helm_timeout,
-        stop_rx.clone(),
-        metrics.clone(),
-    )
-    .map_err(|e| fail(1, "cannot create helm's working directory", e))?
-    .with_record_lookup(client.clone());
     let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
     let concurrency = args.concurrency();
     tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), concurrency, "tinycode-operator starting");

@@ -84,6 +84,20 @@ fn settings_on_both_sides_of_run() {
     let cli = parse(&["--concurrency", "2", "run", "--helm-timeout-seconds", "9"]);
     assert_eq!(cli.run.concurrency(), 2);
     assert_eq!(cli.settings.helm_timeout_seconds, 9);
+    assert_eq!(parse(&["run", "--max-retries", "7"]).settings.max_retries, 7, "after run");
+    assert_eq!(parse(&["--max-retries", "8", "run"]).settings.max_retries, 8, "before run");
+}
+
+#[test]
+fn every_setting_is_global() {
+    let cmd = Cli::command();
+    for arg in cmd.get_arguments().filter(|a| !matches!(a.get_id().as_str(), "help" | "version")) {
+        assert!(
+            arg.is_global_set(),
+            "--{} is not global: README says every setting goes before or after run",
+            arg.get_id()
+        );
+    }
 }
 
 #[test]

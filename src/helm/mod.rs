@@ -21,6 +21,7 @@ pub mod digest;
 pub mod manifest;
 pub mod release;
 pub mod remediation;
+pub mod version;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -258,6 +259,20 @@ impl Helm {
         };
         drop(file);
         Ok(applied(&stdout))
+    }
+
+    /// What `helm version --short` prints (checked by [`version::check`]).
+    pub async fn version(&self) -> Result<String, HelmError> {
+        let action = "version";
+        let run = self.command(&["version", "--short"]).output();
+        let out = tokio::time::timeout(self.timeout, run)
+            .await
+            .map_err(|_| HelmError::Timeout { action, timeout: self.timeout })?
+            .map_err(|source| HelmError::Spawn { bin: self.bin.display().to_string(), source })?;
+        if !out.status.success() {
+            return Err(HelmError::Failed { action, stderr: excerpt(&String::from_utf8_lossy(&out.stderr)) });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Rolls a release back to `revision` (a new revision with its manifest).

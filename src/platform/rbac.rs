@@ -143,6 +143,9 @@ pub const PERMISSIONS: &[Permission] = &[
         resources: &["clusterrolebindings"],
         verbs: &["get", "list", "watch", "create", "update", "patch", "delete"],
         names: any,
+        // Any name: RBAC cannot limit create by name (resourceNames do not apply to
+        // create), and the names are derived per instance, so no fixed list could limit
+        // update, patch or delete. What a binding grants is limited by `bind` below.
         why: "helm binds an approved spec.clusterAdmin.clusterRole; cleanup finds bindings by instance label (no ClusterRole is ever written)",
     },
     Permission {
