@@ -236,6 +236,7 @@ mod tests {
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));
+        assert!(ready.message.contains("1/2"));
         let stopped = Workload { stopped: true, admitted_host: Some("dev.apps.example.com".into()), ..o.clone() };
         let (phase, url, ready) = workload_status(&stopped, &[]);
         assert_eq!(
@@ -243,7 +244,6 @@ mod tests {
             (Phase::Stopped, Some("https://dev.apps.example.com"), false, "Stopped"),
             "stopped: no rollout awaited, the URL kept"
         );
-        assert!(ready.message.contains("1/2"));
         o.available_replicas = 2;
         o.deployment_current = false;
         assert_eq!(workload_status(&o, &[]).0, Phase::Deploying, "a stale Deployment status is not a finished rollout");
