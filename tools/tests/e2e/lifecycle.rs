@@ -380,3 +380,45 @@ pub async fn stop_scales_to_zero_and_start_brings_it_back(env: &mut Env) -> Test
     ensure(events.items.iter().any(|e| e.reason.as_deref() == Some("Started")), "no Started event")?;
     delete_and_wait_gone(&c, &ns, "dev").await
 }
+
+/// hack/uninstall.sh deletes the operator namespace, and with it every
+/// release record, while instances keep running. A reinstall picks them up:
+/// each release is installed again over the objects it owns (their helm
+/// annotations still name it), with no helm failure and the data kept. No
+/// namespace controller runs here, so the test plays the namespace's deletion
+/// by deleting the records while the operator is down.
+pub async fn a_reinstall_adopts_instances_whose_records_were_uninstalled(env: &mut Env) -> TestResult {
+    use k8s_openapi::api::core::v1::Secret;
+    use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
+    let c = env.client().await;
+    let ns = env.ns("reinstall");
+    env.prepare_with_script(&ns)?;
+    deploy(env, &c, &ns, "dev", json!({})).await?;
+    run_to_running(&c, &ns, "dev").await?;
+    let pvcs = crate::pvc_uids(&c, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+
+    env.stop_operator();
+    let records: Api<Secret> = Api::namespaced(c.clone(), OPERATOR_NAMESPACE);
+    let selector = ListParams::default().labels(&tinycode_operator::helm::record_selector(&release));
+    records.delete_collection(&DeleteParams::default(), &selector).await.ctx("the uninstall's loss of the records")?;
+    ensure(env.release(&release)?.is_none(), "records left")?;
+    env.start_operator()?;
+
+    wait_for("the release installed again", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    let inst = run_to_running(&c, &ns, "dev").await?;
+    ensure_eq(crate::pvc_uids(&c, &ns, "dev").await?, pvcs, "the data volumes")?;
+    let events = Api::<Event>::namespaced(c.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    let failed: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Helm") && r != "HelmApplied"))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    ensure(failed.is_empty(), format!("helm failed on the way: {failed:?}"))?;
+    ensure_eq(inst.status.and_then(|s| s.helm_failures), None, "status.helmFailures")?;
+    delete_and_wait_gone(&c, &ns, "dev").await
+}

@@ -188,6 +188,7 @@ fn main() {
         an_install_that_meets_a_record_upgrades_it,
         suspend_stops_helm_and_resume_applies,
         stop_scales_to_zero_and_start_brings_it_back,
+        a_reinstall_adopts_instances_whose_records_were_uninstalled,
         a_63_character_name_runs,
         storage_is_fixed_at_creation,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
