@@ -8,7 +8,7 @@ LABEL operators.operatorframework.io.bundle.metadata.v1=metadata/
 LABEL operators.operatorframework.io.bundle.package.v1=tinycode-operator
 LABEL operators.operatorframework.io.bundle.channels.v1=candidate
 LABEL operators.operatorframework.io.bundle.channel.default.v1=candidate
-LABEL com.redhat.openshift.versions=v4.12
+LABEL com.redhat.openshift.versions=v4.16
 
 COPY manifests /manifests/
 COPY metadata /metadata/

@@ -95,6 +95,12 @@ fn csv_installs_the_manager_deployment_and_the_declared_permissions() {
     expected["template"]["spec"]["securityContext"].as_object_mut().unwrap().remove("runAsUser");
     expected["template"]["spec"]["containers"][0]["securityContext"].as_object_mut().unwrap().remove("runAsUser");
     assert_eq!(deployment["spec"], expected);
+    // The upgrade graph: this version replaces every earlier one.
+    assert_eq!(
+        csv["metadata"]["annotations"]["olm.skipRange"],
+        format!("<{}", csv["spec"]["version"].as_str().unwrap()),
+        "OLM upgrades any earlier build to this one"
+    );
 
     let role = &yaml_docs(&root().join("config/rbac/role.yaml"))[0];
     assert_eq!(install["clusterPermissions"][0]["rules"], role["rules"]);

@@ -63,6 +63,9 @@ fn csv_metadata(version: &str, image: &str) -> Value {
         "annotations": {
             "alm-examples": examples,
             "capabilities": "Basic Install",
+            // The upgrade graph: this version replaces every earlier one in
+            // the channel, so OLM upgrades any installed build to it.
+            "olm.skipRange": format!("<{version}"),
             "categories": "AI/Machine Learning,Developer Tools",
             "containerImage": image,
             "description": "Installs and manages tinycode AI coding assistant instances on OpenShift",

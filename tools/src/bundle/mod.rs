@@ -29,10 +29,11 @@ pub const PACKAGE: &str = "tinycode-operator";
 /// The channel every bundle is published to (OLM's naming convention:
 /// candidate, fast, stable).
 pub const CHANNEL: &str = "candidate";
-/// Oldest Kubernetes the operator supports (OpenShift 4.12).
-pub const MIN_KUBE_VERSION: &str = "1.25.0";
+/// Oldest Kubernetes the operator supports (OpenShift 4.16): the CRD's rules
+/// use CEL's quantity library and `fieldPath` (README, Requirements).
+pub const MIN_KUBE_VERSION: &str = "1.29.0";
 /// Oldest OpenShift the bundle is offered on (Red Hat catalog annotation).
-pub const OPENSHIFT_VERSIONS: &str = "v4.12";
+pub const OPENSHIFT_VERSIONS: &str = "v4.16";
 
 const MANAGER_YAML: &str = include_str!("../../../config/manager/manager.yaml");
 const METRICS_SERVICE_YAML: &str = include_str!("../../../config/manager/service.yaml");
