@@ -162,6 +162,13 @@ pub struct RunOptions {
     pub concurrency: u16,
 }
 
+/// Whether a change of namespace `ns`'s labels (approvals) concerns `inst`:
+/// its own namespace, or one it discovers models in.
+fn namespace_concerns(inst: &TinycodeInstance, ns: &str) -> bool {
+    inst.metadata.namespace.as_deref() == Some(ns)
+        || approval::requested_discovery(&inst.spec).any(|d| d == ns || d == "*")
+}
+
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
     client: Client,
@@ -179,7 +186,8 @@ pub async fn run(
     let controller =
         Controller::for_stream(triggers::relevant(events, triggers::hash_instance), reader.clone()).with_config(config);
     let (platform, operator_ns) = (settings.platform, settings.operator_namespace.clone());
-    let (stores, controller) = stores::start(&client, platform, &operator_ns, scope, controller, reader.clone());
+    let (stores, controller) =
+        stores::start(&client, platform, &operator_ns, scope, controller, reader.clone(), namespace_concerns);
     let ctx = Arc::new(Context::new(client, settings, helm, metrics, stores));
     let synced = health.clone();
     let ready_ctx = ctx.clone();
@@ -381,4 +389,24 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespaces_labels_concern_its_instances_and_those_discovering_it() {
+        let inst = |ns: &str, discovery: serde_json::Value| {
+            let spec = serde_json::from_value(serde_json::json!({"discovery": {"namespaces": discovery}})).unwrap();
+            let mut i = TinycodeInstance::new("dev", spec);
+            i.metadata.namespace = Some(ns.into());
+            i
+        };
+        assert!(namespace_concerns(&inst("team", serde_json::json!([])), "team"));
+        assert!(!namespace_concerns(&inst("team", serde_json::json!([])), "models"));
+        assert!(namespace_concerns(&inst("team", serde_json::json!(["models"])), "models"));
+        assert!(namespace_concerns(&inst("team", serde_json::json!(["*"])), "models"));
+        assert!(!namespace_concerns(&inst("team", serde_json::json!(["other"])), "models"));
+    }
 }

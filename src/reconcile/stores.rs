@@ -331,6 +331,7 @@ pub fn start<K>(
     scope: Option<&str>,
     controller: kube::runtime::Controller<K>,
     instances: Store<K>,
+    concerns: fn(&K, &str) -> bool,
 ) -> (Stores, kube::runtime::Controller<K>)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -365,16 +366,12 @@ where
         c = c.owns_stream(relevant_owned(s, hash_ingress));
         (None, Some(store))
     };
-    // A namespace's labels are approvals: a change wakes its instances, so
-    // one taken back is withdrawn at once whatever state they are in.
+    // A namespace's labels are approvals: a change wakes the instances they
+    // concern (its own, and those discovering it), so one taken back is
+    // withdrawn at once whatever state they are in.
     c = c.watches_stream(relevant(namespace_events, hash_namespace), move |ns: Meta<Namespace>| {
-        let name = ns.metadata.name.clone();
-        instances
-            .state()
-            .iter()
-            .filter(|i| i.meta().namespace == name)
-            .map(|i| ObjectRef::from_obj(&**i))
-            .collect::<Vec<_>>()
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        instances.state().iter().filter(|i| concerns(i, &name)).map(|i| ObjectRef::from_obj(&**i)).collect::<Vec<_>>()
     });
     let Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes } = cached;
     let stores = Stores {
