@@ -95,7 +95,7 @@ prepare-namespace: ## Prepare $(NAMESPACE) for instances (operator admin RoleBin
 deploy-sample: ## Apply $(SAMPLE) to $(NAMESPACE) (prepare it first: make prepare-namespace)
 	$(local_tools) k="$${KUBECTL:-$$(command -v oc || command -v kubectl)}"; \
 		[[ -n "$$k" ]] || { echo "error: neither oc nor kubectl is in PATH (or set KUBECTL)" >&2; exit 1; }; \
-		sed -E 's/^(  namespace:).*/\1 $(NAMESPACE)/' "$(SAMPLE)" | "$$k" apply -n "$(NAMESPACE)" -f -
+		"$$k" apply -n "$(NAMESPACE)" -f "$(SAMPLE)"
 
 .PHONY: bundle
 bundle: ## Regenerate bundle/ (CSV, CRD, metadata, bundle.Dockerfile) from the code (tinycode-local bundle)

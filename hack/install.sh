@@ -163,7 +163,7 @@ Next steps:
        hack/prepare-namespace.sh tinycode-dev --generate-password
   2. Create an instance:
        make deploy-sample NAMESPACE=tinycode-dev
-     or: ${k} apply -f config/samples/tinycode_v1alpha1_basic.yaml
+     or: ${k} apply -n tinycode-dev -f config/samples/tinycode_v1alpha1_basic.yaml
   3. Watch it and get its URL:
        ${k} get tinycodeinstances -n tinycode-dev -w
        ${k} get tinycodeinstance my-tinycode -n tinycode-dev -o jsonpath='{.status.url}'

@@ -55,9 +55,9 @@ pids+=("$op")
 
 if [[ "$PLATFORM" == kubernetes ]]; then
 	# An Ingress needs a host name (a Route gets a default one).
-	sed 's/^  tlsTermination: edge$/  hostname: my-tinycode.local.test/' "$SAMPLE" | "$TINYCODE_KUBECTL" apply -f -
+	sed 's/^  tlsTermination: edge$/  hostname: my-tinycode.local.test/' "$SAMPLE" | "$TINYCODE_KUBECTL" apply -n "$NS" -f -
 else
-	"$TINYCODE_KUBECTL" apply -f "$SAMPLE"
+	"$TINYCODE_KUBECTL" apply -n "$NS" -f "$SAMPLE"
 fi
 log "waiting for $SAMPLE to be Running"
 for _ in $(seq 1 120); do

@@ -48,7 +48,15 @@ fn samples_pass_the_operator_validation() {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let out = Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
-            .args(["values", "--offline", "--hostpath-allowed-prefixes", "/home/developer", "-f"])
+            .args([
+                "values",
+                "--offline",
+                "--hostpath-allowed-prefixes",
+                "/home/developer",
+                "--namespace",
+                "tinycode-dev",
+                "-f",
+            ])
             .arg(&path)
             .output()
             .unwrap();
