@@ -46,10 +46,12 @@ generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the 
 	target/debug/tinycode-local bundle --out bundle 2>/dev/null
 
 .PHONY: lint
-lint: tools ## cargo fmt --check, clippy -D warnings, helm lint --strict
+lint: tools ## cargo fmt --check, clippy -D warnings, helm lint --strict, shellcheck
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	eval "$$(hack/local-cluster.sh tools)"; for f in helm-charts/tinycode/ci/*.yaml; do "$$TINYCODE_HELM" lint --strict helm-charts/tinycode -f "$$f" >/dev/null; done
+	eval "$$(hack/local-cluster.sh tools)"; "$$TINYCODE_SHELLCHECK" hack/*.sh hack/lib/*.sh .ci/run && \
+		"$$TINYCODE_SHELLCHECK" --shell=sh helm-charts/tinycode/files/*.sh
 
 .PHONY: test
 test: lint ## Lint, then unit, chart and end-to-end tests of the workspace (starts the local control plane)
