@@ -404,7 +404,10 @@ mod tests {
         cache.insert(token_key("x"), Decision::Forbidden, t0);
         cache.insert(token_key("y"), Decision::Allowed, t0);
         cache.insert(token_key("x"), Decision::Allowed, t0);
-        assert_eq!((cache.get(&token_key("x"), t0), cache.get(&token_key("y"), t0)), (Some(Decision::Allowed), Some(Decision::Allowed)));
+        assert_eq!(
+            (cache.get(&token_key("x"), t0), cache.get(&token_key("y"), t0)),
+            (Some(Decision::Allowed), Some(Decision::Allowed))
+        );
         let mut none = DecisionCache::new(0);
         none.insert(token_key("x"), Decision::Allowed, t0);
         assert!(none.is_empty());
