@@ -112,8 +112,13 @@ read -r SA_HOST SA_PORT <"$SA/server"
 if unshare --mount --propagation private true 2>/dev/null; then IN_CLUSTER=1; else IN_CLUSTER=0; fi
 log "the operator's API configuration: $( ((IN_CLUSTER)) && echo in-cluster || echo kubeconfig)"
 start_operator() {
+	# TINYCODE_METRICS_AUTH=none: the bench reads /metrics with plain curl on
+	# loopback; the default (rbac) would also add TokenReview and
+	# SubjectAccessReview calls to the API load this script measures. Never
+	# in production (docs/monitoring.md).
 	local env=(HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" HOME="$OP_TMP" TMPDIR="$OP_TMP"
-		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1)
+		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS TINYCODE_METRICS_AUTH=none
+		POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1)
 	if ((IN_CLUSTER)); then
 		env -u KUBECONFIG "${env[@]}" KUBERNETES_SERVICE_HOST="$SA_HOST" KUBERNETES_SERVICE_PORT="$SA_PORT" \
 			unshare --mount --propagation private bash -c 'mount -t tmpfs -o size=1m tmpfs /run &&

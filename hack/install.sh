@@ -21,7 +21,11 @@
 #   5. RBAC: ServiceAccount, operator ClusterRole + binding, leader-election
 #      Role + binding, SCC binding for the manager, self-service user roles
 #   6. the manager Deployment and its metrics Service
-#   7. wait for the rollout (skipped with --no-wait, or when the cluster has
+#   7. monitoring: the tinycode-operator-metrics-reader ClusterRole (who may
+#      read /metrics); the ServiceMonitor and PrometheusRule of
+#      config/prometheus/ only when the cluster serves the Prometheus
+#      Operator's monitoring.coreos.com API (skipped, with a note, otherwise)
+#   8. wait for the rollout (skipped with --no-wait, or when the cluster has
 #      no nodes, like the local control plane of hack/local-cluster.sh)
 set -euo pipefail
 
@@ -134,6 +138,24 @@ install_manager() {
 	apply_file "${REPO_ROOT}/config/manager/network_policy.yaml"
 }
 
+# has_monitoring_crds: the cluster serves ServiceMonitors and PrometheusRules.
+has_monitoring_crds() {
+	local resources
+	resources=$(kc get --raw /apis/monitoring.coreos.com/v1 2>/dev/null) || return 1
+	[[ "$resources" == *'"servicemonitors"'* && "$resources" == *'"prometheusrules"'* ]]
+}
+
+install_monitoring() {
+	apply_file "${REPO_ROOT}/config/prometheus/metrics_reader_role.yaml"
+	if has_monitoring_crds; then
+		apply_file "${REPO_ROOT}/config/prometheus/monitor.yaml"
+		apply_file "${REPO_ROOT}/config/prometheus/rules.yaml"
+		log "bind your Prometheus's ServiceAccount to ClusterRole tinycode-operator-metrics-reader, or its scrapes are refused (docs/monitoring.md)"
+	else
+		log "this cluster has no monitoring.coreos.com API (no Prometheus Operator): skipping config/prometheus/monitor.yaml and rules.yaml (see docs/monitoring.md)"
+	fi
+}
+
 wait_rollout() {
 	if [[ "$INSTALL_WAIT" != true ]]; then
 		log "not waiting for the rollout (--no-wait / INSTALL_WAIT=false)"
@@ -183,6 +205,7 @@ main() {
 	install_namespace
 	install_rbac
 	install_manager
+	install_monitoring
 	wait_rollout
 	next_steps
 }

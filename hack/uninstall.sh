@@ -16,8 +16,10 @@
 #
 # Removed: the manager Deployment and metrics Service, the operator's RBAC
 # (ServiceAccount, ClusterRole and binding, leader-election Role and binding,
-# SCC binding, self-service user roles), the three SCCs and their `use`
-# ClusterRoles, and namespace tinycode-operator-system.
+# SCC binding, self-service user roles), the metrics-reader ClusterRole
+# (a ClusterRoleBinding you made to it is yours to delete), the three SCCs and
+# their `use` ClusterRoles, and namespace tinycode-operator-system (with the
+# ServiceMonitor and PrometheusRule of config/prometheus/ in it).
 #
 # Kept, on purpose:
 #   - the CRD and so every TinycodeInstance, unless --delete-crd: deleting the
@@ -118,6 +120,7 @@ remove_rbac() {
 		leader_election_role.yaml role_binding.yaml role.yaml service_account.yaml; do
 		delete_file "${REPO_ROOT}/config/rbac/${f}"
 	done
+	delete_file "${REPO_ROOT}/config/prometheus/metrics_reader_role.yaml"
 }
 
 remove_sccs() {

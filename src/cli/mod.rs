@@ -179,6 +179,11 @@ pub struct RunArgs {
     /// Address of /metrics.
     #[arg(long, global = true, env = "TINYCODE_METRICS_ADDR", default_value = "0.0.0.0:8383")]
     pub metrics_addr: std::net::SocketAddr,
+    /// Who may read /metrics: rbac, a caller whose bearer token a TokenReview
+    /// authenticates and a SubjectAccessReview allows `get` on the non-resource
+    /// URL /metrics; none, anyone who reaches the port (local development only).
+    #[arg(long, global = true, env = "TINYCODE_METRICS_AUTH", value_enum, default_value = "rbac")]
+    pub metrics_auth: crate::ops::metrics_auth::MetricsAuth,
     /// Hold a Lease in the operator namespace so only one replica reconciles.
     #[arg(long, global = true, env = "TINYCODE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

@@ -14,6 +14,7 @@ use crate::helm::Helm;
 use crate::ops::health::HealthState;
 use crate::ops::leader::Elector;
 use crate::ops::metrics::Metrics;
+use crate::ops::metrics_auth::{Gate, MetricsAuth};
 use crate::platform::PlatformChoice;
 use crate::settings::Settings;
 
@@ -44,7 +45,17 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     metrics.platform(p.name());
     let health = Arc::new(HealthState::default());
     health.alive.store(true, Ordering::Relaxed);
-    crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone())
+    let gate = match args.metrics_auth {
+        MetricsAuth::Rbac => Some(Arc::new(Gate::kube(client.clone()))),
+        MetricsAuth::None => {
+            tracing::warn!(
+                addr = %args.metrics_addr,
+                "--metrics-auth none: /metrics answers anyone who reaches its port, without authentication"
+            );
+            None
+        }
+    };
+    crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone(), gate)
         .await
         .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
     // One shutdown signal for everything: SIGTERM/SIGINT, or a changed platform.

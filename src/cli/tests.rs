@@ -80,6 +80,18 @@ fn settings_before_run() {
 }
 
 #[test]
+fn metrics_auth_defaults_to_rbac_and_none_is_spelled_out() {
+    use crate::ops::metrics_auth::MetricsAuth;
+    if std::env::var_os("TINYCODE_METRICS_AUTH").is_none() {
+        assert_eq!(parse(&["run"]).run.metrics_auth, MetricsAuth::Rbac);
+    }
+    assert_eq!(parse(&["run", "--metrics-auth", "none"]).run.metrics_auth, MetricsAuth::None);
+    assert_eq!(parse(&["--metrics-auth", "rbac", "run"]).run.metrics_auth, MetricsAuth::Rbac);
+    let refused = Cli::try_parse_from(["tinycode-operator", "run", "--metrics-auth", "off"]);
+    assert!(refused.is_err(), "an unknown mode must not fall back to either");
+}
+
+#[test]
 fn settings_on_both_sides_of_run() {
     let cli = parse(&["--concurrency", "2", "run", "--helm-timeout-seconds", "9"]);
     assert_eq!(cli.run.concurrency(), 2);

@@ -1,7 +1,9 @@
-//! Running the operator itself: health and metrics endpoints, leader election.
+//! Running the operator itself: health and metrics endpoints (and who may
+//! read the metrics), leader election.
 
 pub mod health;
 pub mod http_server;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
+pub mod metrics_auth;

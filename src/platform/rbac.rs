@@ -184,6 +184,20 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "check that a namespace is prepared",
     },
     Permission {
+        group: "authentication.k8s.io",
+        resources: &["tokenreviews"],
+        verbs: &["create"],
+        names: any,
+        why: "authenticate the bearer token of a /metrics caller (--metrics-auth rbac)",
+    },
+    Permission {
+        group: "authorization.k8s.io",
+        resources: &["subjectaccessreviews"],
+        verbs: &["create"],
+        names: any,
+        why: "authorize a /metrics caller for get on the non-resource URL /metrics (--metrics-auth rbac)",
+    },
+    Permission {
         group: "events.k8s.io",
         resources: &["events"],
         verbs: &["create", "patch"],

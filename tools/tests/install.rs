@@ -41,6 +41,7 @@ const CLUSTER_ROLES: &[&str] = &[
     "tinycode-scc-shell",
     "tinycode-user-role",
     "tinycode-user-view-role",
+    "tinycode-operator-metrics-reader",
 ];
 const SCCS: &[&str] = &["tinycode-restricted", "tinycode-hostpath", "tinycode-shell"];
 

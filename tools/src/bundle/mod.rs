@@ -38,6 +38,7 @@ pub const OPENSHIFT_VERSIONS: &str = "v4.16";
 const MANAGER_YAML: &str = include_str!("../../../config/manager/manager.yaml");
 const METRICS_SERVICE_YAML: &str = include_str!("../../../config/manager/service.yaml");
 const USER_ROLES_YAML: &str = include_str!("../../../config/rbac/user_role.yaml");
+const METRICS_READER_YAML: &str = include_str!("../../../config/prometheus/metrics_reader_role.yaml");
 
 /// Every file in `config/samples`, in alm-examples order (the first is the
 /// one the console pre-fills). tools/tests/bundle.rs checks the list is complete.
@@ -157,12 +158,14 @@ pub fn files() -> Vec<BundleFile> {
     });
     // Extra objects OLM creates alongside the operator: the metrics Service
     // (in the install namespace), the SCC `use` ClusterRoles the operator
-    // binds instances to, the discovery ClusterRole bound per namespace, and
-    // the self-service user roles.
+    // binds instances to, the discovery ClusterRole bound per namespace, the
+    // self-service user roles, and the ClusterRole a scraper of /metrics is
+    // bound to (the operator authorizes scrapes with SubjectAccessReviews).
     let mut extras = vec![strip_namespace(one_doc(METRICS_SERVICE_YAML, "config/manager/service.yaml"))];
     extras.extend(ALL_TIERS.map(|tier| tier.use_role_manifest()));
     extras.push(rbac::discovery_cluster_role_manifest());
     extras.extend(parse_yaml_docs(USER_ROLES_YAML, "config/rbac/user_role.yaml"));
+    extras.push(one_doc(METRICS_READER_YAML, "config/prometheus/metrics_reader_role.yaml"));
     for obj in extras {
         out.push(BundleFile { path: manifest_file_name(&obj), content: format!("{header}{}", yaml(&obj)) });
     }

@@ -9,8 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
@@ -33,6 +34,96 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no status line")?;
     let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((status, body))
+}
+
+/// One HTTP/1.0 GET on loopback with `Authorization: Bearer <token>` when
+/// given: (status code, body).
+pub async fn http_get_bearer(port: u16, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect")?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").as_bytes()).await.ctx("write")?;
+    let mut buf = String::new();
+    stream.read_to_string(&mut buf).await.ctx("read")?;
+    let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("no status line")?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// `/metrics` of the main operator, read as a scraper bound to the
+/// metrics-reader ClusterRole (the operator runs with `--metrics-auth rbac`).
+pub async fn metrics_get(env: &Env) -> Result<(u16, String), String> {
+    metrics_get_at(env, MAIN_PORTS.1).await
+}
+
+/// `/metrics` on another operator process's metrics port, as [`metrics_get`].
+pub async fn metrics_get_at(env: &Env, port: u16) -> Result<(u16, String), String> {
+    http_get_bearer(port, "/metrics", Some(&env.metrics_token)).await
+}
+
+/// Namespace of the ServiceAccounts that scrape `/metrics` in the suite
+/// (one for every run: created once, reused).
+pub const SCRAPER_NAMESPACE: &str = "e2e-metrics-scrapers";
+/// The ServiceAccount bound to the metrics-reader ClusterRole.
+pub const SCRAPER: &str = "scraper";
+/// The ClusterRole `hack/install.sh` applies from config/prometheus/.
+pub const METRICS_READER_ROLE: &str = "tinycode-operator-metrics-reader";
+
+/// A short-lived token of ServiceAccount `ns/name` (the TokenRequest API).
+pub async fn service_account_token(client: &Client, ns: &str, name: &str) -> Result<String, String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(6 * 3600), ..Default::default() }),
+        ..Default::default()
+    };
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let answer = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .ctx(&format!("token of ServiceAccount {ns}/{name}"))?;
+    answer.status.and_then(|s| s.token).filter(|t| !t.is_empty()).ok_or("the token request returned no token".into())
+}
+
+/// Creates (or keeps) ServiceAccount `SCRAPER_NAMESPACE/name`.
+pub async fn scraper_service_account(client: &Client, name: &str) -> TestResult {
+    let apply = PatchParams::apply("e2e-harness").force();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SCRAPER_NAMESPACE}});
+    Api::<Namespace>::all(client.clone())
+        .patch(SCRAPER_NAMESPACE, &apply, &Patch::Apply(&ns))
+        .await
+        .ctx("scraper namespace")?;
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": SCRAPER_NAMESPACE}});
+    Api::<ServiceAccount>::namespaced(client.clone(), SCRAPER_NAMESPACE)
+        .patch(name, &apply, &Patch::Apply(&sa))
+        .await
+        .ctx(&format!("ServiceAccount {SCRAPER_NAMESPACE}/{name}"))?;
+    Ok(())
+}
+
+/// The metrics-reader ClusterRole (re-applied from config/prometheus/, as
+/// install.sh does), a ServiceAccount bound to it, and that account's token.
+async fn metrics_scraper_token(kubectl: &Path, kubeconfig: &Path, client: &Client) -> Result<String, String> {
+    let role = repo_root().join("config/prometheus/metrics_reader_role.yaml");
+    let out = Command::new(kubectl)
+        .args(["apply", "--server-side", "--force-conflicts", "--field-manager=e2e-harness", "-f"])
+        .arg(&role)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .ctx("run kubectl apply")?;
+    if !out.status.success() {
+        return Err(format!("kubectl apply {}: {}", role.display(), String::from_utf8_lossy(&out.stderr)));
+    }
+    scraper_service_account(client, SCRAPER).await?;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-metrics-scraper"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": SCRAPER, "namespace": SCRAPER_NAMESPACE}]});
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch("e2e-metrics-scraper", &PatchParams::apply("e2e-harness").force(), &Patch::Apply(&binding))
+        .await
+        .ctx("bind the scraper to the metrics-reader ClusterRole")?;
+    service_account_token(client, SCRAPER_NAMESPACE, SCRAPER).await
 }
 
 /// Sum of a metric's samples whose series starts with `prefix`.
@@ -136,6 +227,9 @@ pub struct Env {
     pub chart: PathBuf,
     /// Settings (environment) the next operator start adds to the suite's.
     pub extra_env: Vec<(String, String)>,
+    /// A bearer token of a ServiceAccount bound to the metrics-reader
+    /// ClusterRole: what [`metrics_get`] sends.
+    pub metrics_token: String,
     operator: Option<Child>,
 }
 
@@ -195,6 +289,7 @@ impl Env {
         devcluster::write_operator_kubeconfig(&client, &admin_kubeconfig, &operator_kubeconfig)
             .await
             .ctx("operator kubeconfig")?;
+        let metrics_token = metrics_scraper_token(&kubectl, &admin_kubeconfig, &client).await?;
         let run_id = format!("{:04x}", std::process::id() % 0xffff);
         let _ = std::fs::remove_file(repo_root().join("target/e2e-operator.log"));
         Ok(Env {
@@ -207,6 +302,7 @@ impl Env {
             real_openshift_schemas: crds.is_some(),
             chart: repo_root().join("helm-charts/tinycode"),
             extra_env: Vec::new(),
+            metrics_token,
             operator: None,
         })
     }
@@ -267,6 +363,9 @@ impl Env {
             .env("TINYCODE_HOSTPATH_ALLOWED_PREFIXES", "/srv,/home/developer")
             .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
             .env("TINYCODE_METRICS_ADDR", format!("127.0.0.1:{}", ports.1))
+            // As in production: /metrics needs a token allowed `get /metrics`
+            // (TokenReview + SubjectAccessReview, with the operator's own RBAC).
+            .env("TINYCODE_METRICS_AUTH", "rbac")
             .env("POD_NAME", identity)
             .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info,tinycode_operator=debug,kube=warn")

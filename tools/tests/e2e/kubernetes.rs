@@ -56,7 +56,8 @@ pub async fn k8s_platform_is_detected_without_openshift_apis(env: &mut Env) -> T
     // hack/install.sh works on such a cluster too (it skips the SCCs, says so, and installs the rest).
     run_script(&env.kubectl, &env.admin_kubeconfig, "install.sh", &["--no-wait"])?;
     env.start_operator()?;
-    let (_, metrics) = http_get(MAIN_PORTS.1, "/metrics").await?;
+    let (code, metrics) = metrics_get(env).await?;
+    ensure_eq(code, 200, "/metrics")?;
     ensure(
         metrics.lines().any(|l| l.starts_with("tinycode_operator_platform_info{platform=\"kubernetes\"} 1")),
         "the operator did not report the kubernetes platform",

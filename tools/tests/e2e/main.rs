@@ -908,8 +908,18 @@ async fn health_and_metrics_endpoints_answer_and_move(env: &mut Env) -> TestResu
     .await?;
     ensure(!ready.contains("standing by"), format!("the only replica stands by: {ready}"))?;
     ensure_eq(http_get(health, "/healthz").await?.0, 200, "/healthz")?;
-    let (code, before) = http_get(metrics, "/metrics").await?;
-    ensure_eq(code, 200, "/metrics")?;
+    // /metrics (--metrics-auth rbac): a TokenReview and a SubjectAccessReview decide.
+    let (code, body) = http_get(metrics, "/metrics").await?;
+    ensure_eq(code, 401, "/metrics without a token")?;
+    ensure(!body.contains("tinycode_operator_"), format!("metrics served without a token: {body}"))?;
+    ensure_eq(http_get_bearer(metrics, "/metrics", Some("not-a-token")).await?.0, 401, "/metrics with a forged token")?;
+    scraper_service_account(&c, "stranger").await?;
+    let stranger = service_account_token(&c, SCRAPER_NAMESPACE, "stranger").await?;
+    let (code, body) = http_get_bearer(metrics, "/metrics", Some(&stranger)).await?;
+    ensure_eq(code, 403, "/metrics with the token of a ServiceAccount not bound to the metrics-reader role")?;
+    ensure(!body.contains("tinycode_operator_"), format!("metrics served to an unbound ServiceAccount: {body}"))?;
+    let (code, before) = metrics_get(env).await?;
+    ensure_eq(code, 200, "/metrics with the token of a ServiceAccount bound to the metrics-reader role")?;
     for name in [
         "tinycode_operator_reconciles",
         "tinycode_operator_reconcile_duration_seconds",
@@ -923,7 +933,8 @@ async fn health_and_metrics_endpoints_answer_and_move(env: &mut Env) -> TestResu
     prepare(&c, &ns).await?;
     deploy(env, &c, &ns, "dev", password_spec()).await?;
     wait_phase(&c, &ns, "dev", "Deploying").await?;
-    let (_, after) = http_get(metrics, "/metrics").await?;
+    let (code, after) = metrics_get(env).await?;
+    ensure_eq(code, 200, "/metrics (the allowed token, now from the cache)")?;
     let moved = |series: &str| metric_sum(&after, series) > metric_sum(&before, series);
     ensure(moved("tinycode_operator_reconciles_total{result=\"success\"}"), "successful reconciles did not move")?;
     ensure(
@@ -969,7 +980,8 @@ async fn two_replicas_one_leader_and_handover(env: &mut Env) -> TestResult {
         let ns = env.ns("leader");
         prepare(&c, &ns).await?;
         deploy(env, &c, &ns, "one", password_spec()).await?;
-        let (_, m) = http_get(second_ports.1, "/metrics").await?;
+        let (code, m) = metrics_get_at(env, second_ports.1).await?;
+        ensure_eq(code, 200, "the standby replica's /metrics")?;
         ensure_eq(metric_sum(&m, "tinycode_operator_reconciles_total"), 0.0, "reconciles by the standby replica")?;
         ensure_eq(holder().await?.as_deref(), Some("e2e-operator-a"), "lease holder")?;
 
@@ -982,7 +994,8 @@ async fn two_replicas_one_leader_and_handover(env: &mut Env) -> TestResult {
         .await?;
         println!("    handover took {:.1}s (lease duration 6s)", t.elapsed().as_secs_f64());
         deploy(env, &c, &ns, "two", password_spec()).await?;
-        let (_, m) = http_get(second_ports.1, "/metrics").await?;
+        let (code, m) = metrics_get_at(env, second_ports.1).await?;
+        ensure_eq(code, 200, "the new leader's /metrics")?;
         ensure(metric_sum(&m, "tinycode_operator_helm_invocations_total") >= 1.0, "the new leader ran no helm")?;
         Ok::<(), String>(())
     }

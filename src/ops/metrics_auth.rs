@@ -1,0 +1,469 @@
+//! Who may read `/metrics` (`--metrics-auth`).
+//!
+//! `rbac` (the default) does what controller-runtime's
+//! `WithAuthenticationAndAuthorization` filter does: the caller's bearer
+//! token is authenticated with a TokenReview and the user it names is
+//! authorized with a SubjectAccessReview for the non-resource URL `/metrics`,
+//! verb `get`. So a scraper needs a token of an identity bound to a role like
+//! `config/prometheus/metrics_reader_role.yaml`, as for any other controller's
+//! metrics.
+//!
+//! | request                                   | answer |
+//! |-------------------------------------------|--------|
+//! | no `Authorization: Bearer <token>` header | 401    |
+//! | a token the apiserver does not accept     | 401    |
+//! | an identity not allowed `get /metrics`    | 403    |
+//! | an allowed identity                       | 200    |
+//! | the reviews themselves failed             | 503    |
+//!
+//! Decisions are cached by the token's SHA-256 (never the token) for
+//! [`ALLOWED_TTL`] (a refusal for [`REFUSED_TTL`], so a binding just made
+//! takes effect soon) in a map of at most [`MAX_ENTRIES`] tokens: a
+//! scraper costs two API calls a minute, not two per scrape. A failed review
+//! is not cached.
+//!
+//! `none` serves `/metrics` to anyone who reaches the port (local
+//! development and the benchmark).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, StatusCode, header};
+use futures::future::BoxFuture;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::Api;
+use kube::api::PostParams;
+use sha2::{Digest, Sha256};
+
+/// `--metrics-auth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsAuth {
+    /// TokenReview + SubjectAccessReview (get on the non-resource URL /metrics).
+    Rbac,
+    /// No authentication: anyone reaching the port reads the metrics.
+    None,
+}
+
+/// The path and verb a caller must be allowed.
+pub const METRICS_PATH: &str = "/metrics";
+pub const METRICS_VERB: &str = "get";
+
+/// How long an allowed token is let in without asking the apiserver again.
+pub const ALLOWED_TTL: Duration = Duration::from_secs(60);
+/// How long a refused token (unauthenticated or forbidden) stays refused.
+pub const REFUSED_TTL: Duration = Duration::from_secs(10);
+/// Tokens remembered at once.
+pub const MAX_ENTRIES: usize = 256;
+/// Longest a token may be; longer is malformed (service account tokens are about 1 KiB).
+pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+/// Time the two reviews may take together.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The apiserver's answer for one token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    /// No such token, an expired one, or one for another audience.
+    Unauthenticated,
+    /// Authenticated, but not allowed `get` on `/metrics`.
+    Forbidden,
+}
+
+impl Decision {
+    /// The status a request with this decision is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Decision::Allowed => StatusCode::OK,
+            Decision::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Decision::Forbidden => StatusCode::FORBIDDEN,
+        }
+    }
+
+    fn ttl(self) -> Duration {
+        match self {
+            Decision::Allowed => ALLOWED_TTL,
+            Decision::Unauthenticated | Decision::Forbidden => REFUSED_TTL,
+        }
+    }
+}
+
+/// The bearer token of a request: exactly one `Authorization` header of the
+/// form `Bearer <token>` (the scheme in any case), the token visible ASCII
+/// without spaces and at most [`MAX_TOKEN_LEN`] long. `None` when missing or
+/// malformed.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let value = value.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim_start();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        return None;
+    }
+    token.bytes().all(|b| b.is_ascii_graphic()).then_some(token)
+}
+
+/// What a token is remembered by.
+pub type TokenKey = [u8; 32];
+
+/// The SHA-256 of a token.
+pub fn token_key(token: &str) -> TokenKey {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Decisions by token hash, each until it expires; at most `max` of them.
+#[derive(Debug)]
+pub struct DecisionCache {
+    entries: HashMap<TokenKey, (Decision, Instant)>,
+    max: usize,
+}
+
+impl DecisionCache {
+    pub fn new(max: usize) -> Self {
+        DecisionCache { entries: HashMap::new(), max }
+    }
+
+    /// The decision for `key` if it has not expired at `now` (an expired one is forgotten).
+    pub fn get(&mut self, key: &TokenKey, now: Instant) -> Option<Decision> {
+        match self.entries.get(key) {
+            Some((decision, expires)) if now < *expires => Some(*decision),
+            Some(_) => {
+                self.entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Remembers `decision` from `now` for its time to live. When full, the
+    /// expired entries go first, then the one that would expire soonest.
+    pub fn insert(&mut self, key: TokenKey, decision: Decision, now: Instant) {
+        if self.max == 0 {
+            return;
+        }
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.max {
+            self.entries.retain(|_, (_, expires)| now < *expires);
+            if self.entries.len() >= self.max {
+                let soonest = self.entries.iter().min_by_key(|(_, (_, expires))| *expires).map(|(k, _)| *k);
+                if let Some(k) = soonest {
+                    self.entries.remove(&k);
+                }
+            }
+        }
+        self.entries.insert(key, (decision, now + decision.ttl()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Asks who a token is and whether they may read the metrics.
+pub trait Reviewer: Send + Sync {
+    /// The decision for `token`, or why the apiserver could not be asked.
+    fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>>;
+}
+
+/// The reviews through the Kubernetes API.
+pub struct KubeReviewer {
+    client: kube::Client,
+}
+
+impl KubeReviewer {
+    pub fn new(client: kube::Client) -> Self {
+        KubeReviewer { client }
+    }
+
+    async fn reviews(&self, token: &str) -> Result<Decision, String> {
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: token.to_string(), ..Default::default() },
+            ..Default::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| format!("TokenReview: {e}"))?;
+        let status = reviewed.status.unwrap_or_default();
+        let user = match status.user {
+            Some(user) if status.authenticated == Some(true) => user,
+            _ => {
+                tracing::debug!(error = status.error.as_deref().unwrap_or(""), "/metrics: token not authenticated");
+                return Ok(Decision::Unauthenticated);
+            }
+        };
+        let access = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                groups: user.groups,
+                uid: user.uid,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(METRICS_PATH.into()),
+                    verb: Some(METRICS_VERB.into()),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let reviewed = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &access)
+            .await
+            .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+        let status = reviewed.status.unwrap_or_default();
+        let username = user.username.as_deref().unwrap_or("");
+        if status.allowed {
+            tracing::debug!(user = username, "/metrics: allowed");
+            Ok(Decision::Allowed)
+        } else {
+            tracing::debug!(
+                user = username,
+                reason = status.reason.as_deref().unwrap_or(""),
+                evaluation_error = status.evaluation_error.as_deref().unwrap_or(""),
+                "/metrics: forbidden"
+            );
+            Ok(Decision::Forbidden)
+        }
+    }
+}
+
+impl Reviewer for KubeReviewer {
+    fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
+        Box::pin(async move {
+            tokio::time::timeout(REVIEW_TIMEOUT, self.reviews(token))
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {REVIEW_TIMEOUT:?}")))
+        })
+    }
+}
+
+/// The `/metrics` gate of `--metrics-auth rbac`.
+pub struct Gate {
+    reviewer: Arc<dyn Reviewer>,
+    cache: Mutex<DecisionCache>,
+}
+
+/// Whether a request is served, else its status and body.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Serve,
+    Refuse(StatusCode, &'static str),
+}
+
+impl Gate {
+    pub fn new(reviewer: Arc<dyn Reviewer>) -> Self {
+        Gate { reviewer, cache: Mutex::new(DecisionCache::new(MAX_ENTRIES)) }
+    }
+
+    /// The gate asking the apiserver `client` talks to.
+    pub fn kube(client: kube::Client) -> Self {
+        Gate::new(Arc::new(KubeReviewer::new(client)))
+    }
+
+    /// Checks a request's headers, from the cache when it can.
+    pub async fn check(&self, headers: &HeaderMap) -> Verdict {
+        let Some(token) = bearer_token(headers) else {
+            return Verdict::Refuse(StatusCode::UNAUTHORIZED, "Unauthorized: send Authorization: Bearer <token>\n");
+        };
+        let key = token_key(token);
+        let cached = self.cache.lock().expect("lock").get(&key, Instant::now());
+        let decision = match cached {
+            Some(decision) => decision,
+            None => match self.reviewer.review(token).await {
+                Ok(decision) => {
+                    self.cache.lock().expect("lock").insert(key, decision, Instant::now());
+                    decision
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "/metrics: cannot review the caller's token");
+                    return Verdict::Refuse(StatusCode::SERVICE_UNAVAILABLE, "cannot review the token now\n");
+                }
+            },
+        };
+        verdict(decision)
+    }
+}
+
+/// The verdict for a decision.
+pub fn verdict(decision: Decision) -> Verdict {
+    match decision {
+        Decision::Allowed => Verdict::Serve,
+        Decision::Unauthenticated => Verdict::Refuse(decision.status(), "Unauthorized\n"),
+        Decision::Forbidden => Verdict::Refuse(decision.status(), "Forbidden: not allowed get on /metrics\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::http::HeaderValue;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn bearer_tokens_are_taken_from_one_well_formed_header() {
+        assert_eq!(bearer_token(&headers(&["Bearer abc.def-ghi_jkl"])), Some("abc.def-ghi_jkl"));
+        assert_eq!(bearer_token(&headers(&["bearer abc"])), Some("abc"), "the scheme is case-insensitive");
+        assert_eq!(bearer_token(&headers(&["BEARER   abc  "])), Some("abc"));
+        for malformed in [
+            &[][..],
+            &["Basic dXNlcjpwYXNz"],
+            &["Bearer"],
+            &["Bearer "],
+            &["Bearerabc"],
+            &["Bearer abc def"],
+            &["Token abc"],
+            &["Bearer a", "Bearer b"],
+        ] {
+            assert_eq!(bearer_token(&headers(malformed)), None, "{malformed:?}");
+        }
+        let long = format!("Bearer {}", "a".repeat(MAX_TOKEN_LEN + 1));
+        assert_eq!(bearer_token(&headers(&[&long])), None, "an overlong token");
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_bytes(b"Bearer ab\xffc").unwrap());
+        assert_eq!(bearer_token(&h), None, "a token of non-ASCII bytes");
+    }
+
+    #[test]
+    fn decisions_map_to_status_codes() {
+        assert_eq!(Decision::Allowed.status(), StatusCode::OK);
+        assert_eq!(Decision::Unauthenticated.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(Decision::Forbidden.status(), StatusCode::FORBIDDEN);
+        assert_eq!(verdict(Decision::Allowed), Verdict::Serve);
+        assert!(matches!(verdict(Decision::Forbidden), Verdict::Refuse(StatusCode::FORBIDDEN, _)));
+        assert!(matches!(verdict(Decision::Unauthenticated), Verdict::Refuse(StatusCode::UNAUTHORIZED, _)));
+    }
+
+    #[test]
+    fn the_key_is_the_tokens_sha256_not_the_token() {
+        let key = token_key("secret-token");
+        assert_eq!(hex::encode(key), hex::encode(Sha256::digest(b"secret-token")));
+        assert_ne!(token_key("secret-token"), token_key("secret-tokem"));
+    }
+
+    #[test]
+    fn cached_decisions_expire_allowed_later_than_refused() {
+        let mut cache = DecisionCache::new(8);
+        let t0 = Instant::now();
+        let (yes, no) = (token_key("yes"), token_key("no"));
+        cache.insert(yes, Decision::Allowed, t0);
+        cache.insert(no, Decision::Forbidden, t0);
+        let soon = t0 + REFUSED_TTL - Duration::from_millis(1);
+        assert_eq!(cache.get(&yes, soon), Some(Decision::Allowed));
+        assert_eq!(cache.get(&no, soon), Some(Decision::Forbidden));
+        let later = t0 + REFUSED_TTL;
+        assert_eq!(cache.get(&no, later), None, "a refusal is asked again after {REFUSED_TTL:?}");
+        assert_eq!(cache.len(), 1, "the expired refusal is forgotten");
+        assert_eq!(cache.get(&yes, t0 + ALLOWED_TTL - Duration::from_millis(1)), Some(Decision::Allowed));
+        assert_eq!(cache.get(&yes, t0 + ALLOWED_TTL), None);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn the_cache_is_bounded_dropping_expired_then_soonest_to_expire() {
+        let t0 = Instant::now();
+        let mut cache = DecisionCache::new(3);
+        cache.insert(token_key("refused"), Decision::Unauthenticated, t0);
+        cache.insert(token_key("a"), Decision::Allowed, t0);
+        cache.insert(token_key("b"), Decision::Allowed, t0 + Duration::from_secs(1));
+        // Full: the refusal (expires first) makes room.
+        cache.insert(token_key("c"), Decision::Allowed, t0 + Duration::from_secs(2));
+        assert_eq!(cache.len(), 3);
+        let now = t0 + Duration::from_secs(3);
+        assert_eq!(cache.get(&token_key("refused"), now), None);
+        assert_eq!(cache.get(&token_key("a"), now), Some(Decision::Allowed));
+        // Full again: "a" expires soonest.
+        cache.insert(token_key("d"), Decision::Allowed, now);
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.get(&token_key("a"), now), None);
+        for k in ["b", "c", "d"] {
+            assert_eq!(cache.get(&token_key(k), now), Some(Decision::Allowed), "{k}");
+        }
+        // Once all have expired, a new entry clears them out.
+        let much_later = now + ALLOWED_TTL * 2;
+        cache.insert(token_key("e"), Decision::Forbidden, much_later);
+        assert_eq!(cache.len(), 1);
+        // Re-deciding a known token replaces its entry without evicting another.
+        let mut cache = DecisionCache::new(2);
+        cache.insert(token_key("x"), Decision::Forbidden, t0);
+        cache.insert(token_key("y"), Decision::Allowed, t0);
+        cache.insert(token_key("x"), Decision::Allowed, t0);
+        assert_eq!(
+            (cache.get(&token_key("x"), t0), cache.get(&token_key("y"), t0)),
+            (Some(Decision::Allowed), Some(Decision::Allowed))
+        );
+        let mut none = DecisionCache::new(0);
+        none.insert(token_key("x"), Decision::Allowed, t0);
+        assert!(none.is_empty());
+    }
+
+    /// Answers from a fixed table and counts the reviews asked.
+    struct Fake {
+        calls: AtomicUsize,
+        fail: bool,
+    }
+
+    impl Reviewer for Fake {
+        fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let answer = match token {
+                _ if self.fail => Err("apiserver unreachable".to_string()),
+                "reader" => Ok(Decision::Allowed),
+                "stranger" => Ok(Decision::Forbidden),
+                _ => Ok(Decision::Unauthenticated),
+            };
+            Box::pin(async move { answer })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gate_reviews_each_token_once_and_answers_by_decision() {
+        let fake = Arc::new(Fake { calls: AtomicUsize::new(0), fail: false });
+        let gate = Gate::new(fake.clone());
+        assert!(matches!(gate.check(&headers(&[])).await, Verdict::Refuse(StatusCode::UNAUTHORIZED, _)));
+        assert!(matches!(gate.check(&headers(&["Basic x"])).await, Verdict::Refuse(StatusCode::UNAUTHORIZED, _)));
+        assert_eq!(fake.calls.load(Ordering::Relaxed), 0, "no review without a bearer token");
+        for _ in 0..3 {
+            assert_eq!(gate.check(&headers(&["Bearer reader"])).await, Verdict::Serve);
+            assert!(matches!(
+                gate.check(&headers(&["Bearer stranger"])).await,
+                Verdict::Refuse(StatusCode::FORBIDDEN, _)
+            ));
+            assert!(matches!(
+                gate.check(&headers(&["Bearer forged"])).await,
+                Verdict::Refuse(StatusCode::UNAUTHORIZED, _)
+            ));
+        }
+        assert_eq!(fake.calls.load(Ordering::Relaxed), 3, "one review per token, then the cache");
+    }
+
+    #[tokio::test]
+    async fn a_failed_review_is_503_and_not_cached() {
+        let fake = Arc::new(Fake { calls: AtomicUsize::new(0), fail: true });
+        let gate = Gate::new(fake.clone());
+        for _ in 0..2 {
+            assert!(matches!(
+                gate.check(&headers(&["Bearer reader"])).await,
+                Verdict::Refuse(StatusCode::SERVICE_UNAVAILABLE, _)
+            ));
+        }
+        assert_eq!(fake.calls.load(Ordering::Relaxed), 2, "a failure is asked again");
+        assert!(gate.cache.lock().unwrap().is_empty());
+    }
+}
