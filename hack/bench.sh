@@ -116,16 +116,19 @@ start_operator() {
 	# loopback; the default (rbac) would also add TokenReview and
 	# SubjectAccessReview calls to the API load this script measures. Never
 	# in production (docs/monitoring.md).
-	local env=(HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$CHART" HOME="$OP_TMP" TMPDIR="$OP_TMP"
-		TINYCODE_HEALTH_ADDR=$HEALTH TINYCODE_METRICS_ADDR=$METRICS TINYCODE_METRICS_AUTH=none
-		POD_NAME=bench RUST_LOG=warn,tinycode_operator::reconcile=info NO_COLOR=1)
+	local env=("HELM_BIN=$TINYCODE_HELM" "HELM_CHART_PATH=$CHART" "HOME=$OP_TMP" "TMPDIR=$OP_TMP"
+		"TINYCODE_HEALTH_ADDR=$HEALTH" "TINYCODE_METRICS_ADDR=$METRICS" TINYCODE_METRICS_AUTH=none
+		POD_NAME=bench "RUST_LOG=warn,tinycode_operator::reconcile=info" NO_COLOR=1)
 	if ((IN_CLUSTER)); then
+		# The inner scripts take their paths as arguments ($1..$3), unexpanded here.
+		# shellcheck disable=SC2016
 		env -u KUBECONFIG "${env[@]}" KUBERNETES_SERVICE_HOST="$SA_HOST" KUBERNETES_SERVICE_PORT="$SA_PORT" \
 			unshare --mount --propagation private bash -c 'mount -t tmpfs -o size=1m tmpfs /run &&
 				mkdir -p /run/secrets/kubernetes.io/serviceaccount &&
 				cp "$3"/token "$3"/ca.crt "$3"/namespace /run/secrets/kubernetes.io/serviceaccount/ &&
 				cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" "$SA" >>"$STATE/operator.log" 2>&1 &
 	else
+		# shellcheck disable=SC2016
 		env KUBECONFIG="$STATE/operator.kubeconfig" "${env[@]}" \
 			bash -c 'cd "$1/target" && exec "$2" run' _ "$ROOT" "$BIN/tinycode-operator" >>"$STATE/operator.log" 2>&1 &
 	fi
