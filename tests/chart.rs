@@ -86,6 +86,13 @@ fn render_values(v: Values) -> (Values, Vec<Value>) {
     (v, docs)
 }
 
+/// Renders an empty spec (instance team/dev) under operator `settings`.
+fn render_default_spec(settings: &Settings) -> Vec<Value> {
+    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({})).unwrap();
+    let instance = InstanceRef { name: "dev", namespace: "team", uid: "u" };
+    render_values(values::build(&instance, &spec, settings, &Approved::default(), None)).1
+}
+
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
@@ -637,21 +644,7 @@ fn kubernetes_network_policy_admits_the_ingress_controller_namespace() {
         ingress_namespace: "traefik".into(),
         ..Settings::default()
     };
-    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({})).unwrap();
-    let v = values::build(
-        &InstanceRef { name: "dev", namespace: "team", uid: "u" },
-        &spec,
-        &settings,
-        &Approved::default(),
-        None,
-    );
-    let out = helm_cmd(&["template", "tinycode.team.dev", "--namespace", "tinycode-operator-system"], &v);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::with::singleton_map_recursive::deserialize::<Value, _>(d).unwrap_or(Value::Null))
-        .filter(|d| !d.is_null())
-        .collect();
+    let docs = render_default_spec(&settings);
     let np = find(&docs, "NetworkPolicy", "dev-tinycode");
     assert_eq!(
         np["spec"]["ingress"][0]["from"],
@@ -665,15 +658,7 @@ fn kubernetes_network_policy_admits_the_ingress_controller_namespace() {
 fn egress_closes_link_local_metadata_and_the_admins_cidrs() {
     let settings =
         Settings { egress_deny_cidrs: vec!["10.20.0.0/16".into(), "fd12::/16".into()], ..Settings::default() };
-    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({})).unwrap();
-    let v = values::build(
-        &InstanceRef { name: "dev", namespace: "team", uid: "u" },
-        &spec,
-        &settings,
-        &Approved::default(),
-        None,
-    );
-    let (_, docs) = render_values(v);
+    let docs = render_default_spec(&settings);
     let np = find(&docs, "NetworkPolicy", "dev-tinycode");
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
     let to = &np["spec"]["egress"][0]["to"];
