@@ -3,12 +3,15 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-IMAGE_REGISTRY ?= quay.io
-IMAGE_ORG ?= bjohns
-IMAGE_TAG ?= latest
-OPERATOR_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator:$(IMAGE_TAG)
-BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-bundle:$(IMAGE_TAG)
-CATALOG_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-catalog:$(IMAGE_TAG)
+# The operator's version (Cargo.toml) tags its image, bundle and catalog.
+VERSION := $(shell awk -F'"' '/^\[workspace.package\]/ { p = 1 } p && /^version *=/ { print $$2; exit }' Cargo.toml)
+# The operator image a cluster runs: `make push`, `make install` and `make bundle`
+# share it. No default: the install refuses to guess a registry (set e.g.
+# IMAGE=registry.example.com/platform/tinycode-operator:$(VERSION)).
+IMAGE ?= $(OPERATOR_IMAGE)
+IMAGE_REPO = $(shell printf '%s' '$(IMAGE)' | sed -E 's/(@sha256:[0-9a-f]+|:[^:/]+)$$//')
+BUNDLE_IMAGE ?= $(IMAGE_REPO)-bundle:$(VERSION)
+CATALOG_IMAGE ?= $(IMAGE_REPO)-catalog:$(VERSION)
 CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 NAMESPACE ?= tinycode-dev
 PLATFORM ?= openshift
@@ -16,6 +19,11 @@ SAMPLE ?= config/samples/tinycode_v1alpha1_basic.yaml
 BUNDLE_DIR ?= bundle
 CATALOG_DIR ?= target/catalog
 OPM_IMAGE ?= quay.io/operator-framework/opm:v1.60.0
+
+define need_image
+	@if [[ -z "$(IMAGE)" ]]; then \
+		echo "error: $@ needs IMAGE=<registry>/<org>/tinycode-operator:$(VERSION), the operator image (make image, then make push IMAGE=...)" >&2; exit 1; fi
+endef
 
 define need_engine
 	@if [[ -z "$(CONTAINER_TOOL)" ]] || ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
@@ -54,7 +62,7 @@ lint: tools ## cargo fmt --check, clippy -D warnings, helm lint --strict, shellc
 		"$$TINYCODE_SHELLCHECK" --shell=sh helm-charts/tinycode/files/*.sh
 
 .PHONY: test
-test: lint ## Lint, then unit, chart and end-to-end tests of the workspace (starts the local control plane)
+test: lint image sbom ## Lint, build the image and its SBOMs, then unit, chart, image and end-to-end tests (starts the local control plane)
 	eval "$$(hack/local-cluster.sh tools)"; TINYCODE_HELM="$$TINYCODE_HELM" cargo test --workspace --all-targets
 
 .PHONY: run-local
@@ -65,14 +73,26 @@ run-local: ## Local control plane + operator in the foreground + the basic sampl
 stop-local: ## Stop the local control plane
 	hack/local-cluster.sh stop
 
-.PHONY: docker-build
-docker-build: ## Build the operator image
-	$(need_engine)
-	$(CONTAINER_TOOL) build -t $(OPERATOR_IMAGE) .
+.PHONY: image
+image: ## Build the operator image without a daemon: target/image/tinycode-operator-$(VERSION).oci.tar (buildah, mmdebstrap)
+	hack/image.sh tools
+	cargo build --release --locked -p tinycode-operator --bin tinycode-operator
+	hack/image.sh build
 
 .PHONY: push
-push: docker-build ## Build and push the operator image
-	$(CONTAINER_TOOL) push $(OPERATOR_IMAGE)
+push: ## Copy the image archive to $(IMAGE) with skopeo (run make image first; log in with skopeo login)
+	$(need_image)
+	hack/image.sh push "$(IMAGE)"
+
+.PHONY: sbom
+sbom: ## CycloneDX SBOMs of the operator binary and helm into target/image/sbom/ (make image ships them)
+	hack/sbom.sh
+
+.PHONY: docker-build
+docker-build: ## Build the operator image $(IMAGE) with podman or docker (the Dockerfile describes the make image image)
+	$(need_image)
+	$(need_engine)
+	$(CONTAINER_TOOL) build -t $(IMAGE) .
 
 # With KUBECONFIG pointing at hack/local-cluster.sh's control plane and no
 # KUBECTL given, use the control plane's own kubectl and helm.
@@ -83,7 +103,7 @@ endef
 
 .PHONY: install
 install: ## Install the operator on $KUBECONFIG's cluster (cluster-admin; INSTALL_WAIT=false: no rollout wait)
-	$(local_tools) OPERATOR_IMAGE="$(OPERATOR_IMAGE)" hack/install.sh
+	$(local_tools) OPERATOR_IMAGE="$(IMAGE)" hack/install.sh
 
 .PHONY: uninstall
 uninstall: ## Remove the operator; keeps the CRD and instances unless DELETE_CRD=true
@@ -110,6 +130,7 @@ bundle-validate: ## Validate bundle/ with operator-framework's validators (built
 
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image $(BUNDLE_IMAGE)
+	$(need_image)
 	$(need_engine)
 	$(CONTAINER_TOOL) build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(BUNDLE_IMAGE) $(BUNDLE_DIR)
 
@@ -119,6 +140,7 @@ bundle-push: bundle-build ## Build and push the bundle image
 
 .PHONY: catalog-build
 catalog-build: ## Build a file-based catalog image $(CATALOG_IMAGE) with the pushed $(BUNDLE_IMAGE) (opm runs in $(OPM_IMAGE))
+	$(need_image)
 	$(need_engine)
 	rm -rf $(CATALOG_DIR) && mkdir -p $(CATALOG_DIR)/configs/tinycode-operator
 	v=$$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n1); \

@@ -4,8 +4,9 @@
 # Usage: hack/install.sh [--no-wait] [--image IMAGE] [--timeout DURATION]
 #
 #   --no-wait         do not wait for the manager rollout (INSTALL_WAIT=false)
-#   --image IMAGE     operator image (OPERATOR_IMAGE; default: the one in
-#                     config/manager/manager.yaml)
+#   --image IMAGE     operator image (OPERATOR_IMAGE; `make install IMAGE=...`),
+#                     required: the one `make image` built and `make push`
+#                     copied to a registry the nodes pull from
 #   --timeout DUR     rollout wait, kubectl duration syntax (ROLLOUT_TIMEOUT, 180s)
 #
 # Environment: KUBECTL (default: oc, else kubectl), HELM (default: helm),
@@ -39,7 +40,9 @@ ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-180s}
 HELM=${HELM:-helm}
 NS=$OPERATOR_NAMESPACE_DEFAULT
 DEPLOYMENT=tinycode-operator-manager
-DEFAULT_IMAGE=quay.io/bjohns/tinycode-operator:latest
+# The placeholder config/manager/manager.yaml names (the name `make image` gives
+# its archive); always replaced, never deployed.
+PLACEHOLDER_IMAGE=localhost/tinycode-operator
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
@@ -75,7 +78,12 @@ parse_args() {
 	true | false) ;;
 	*) die "INSTALL_WAIT must be true or false (got '${INSTALL_WAIT}')" ;;
 	esac
-	if [[ -n "$OPERATOR_IMAGE" ]] && ! [[ "$OPERATOR_IMAGE" =~ ^[A-Za-z0-9][A-Za-z0-9._/:@-]*$ ]]; then
+	# No default image: a guessed registry would run whatever sits there with
+	# this operator's RBAC. Refused before anything is applied.
+	if [[ -z "$OPERATOR_IMAGE" ]]; then
+		die "no operator image: pass --image or OPERATOR_IMAGE (make install IMAGE=<registry>/<org>/tinycode-operator:<version>), the image make image built and make push copied to a registry your nodes pull from"
+	fi
+	if ! [[ "$OPERATOR_IMAGE" =~ ^[A-Za-z0-9][A-Za-z0-9._/:@-]*$ ]]; then
 		die "OPERATOR_IMAGE '${OPERATOR_IMAGE}' is not an image reference (registry/org/name:tag or @sha256:...)"
 	fi
 }
@@ -128,11 +136,11 @@ install_rbac() {
 
 install_manager() {
 	local manifest="${REPO_ROOT}/config/manager/manager.yaml"
-	local image=${OPERATOR_IMAGE:-$DEFAULT_IMAGE}
-	grep -q "image: ${DEFAULT_IMAGE}\$" "$manifest" ||
-		die "${manifest} no longer names ${DEFAULT_IMAGE}; update DEFAULT_IMAGE in $0"
+	local image=$OPERATOR_IMAGE
+	grep -Eq "image: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$" "$manifest" ||
+		die "${manifest} no longer names ${PLACEHOLDER_IMAGE}:<version>; update PLACEHOLDER_IMAGE in $0"
 	# The image was checked against a strict pattern above, so it is safe in sed.
-	sed "s|image: ${DEFAULT_IMAGE}\$|image: ${image}|" "$manifest" | apply_stdin "$manifest"
+	sed -E "s|image: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$|image: ${image}|" "$manifest" | apply_stdin "$manifest"
 	log "applied config/manager/manager.yaml (image ${image})"
 	apply_file "${REPO_ROOT}/config/manager/service.yaml"
 	apply_file "${REPO_ROOT}/config/manager/network_policy.yaml"

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the variables are used by the scripts that source this file
-# Helpers shared by hack/install.sh, hack/uninstall.sh, hack/prepare-namespace.sh
-# and hack/build-push.sh. Source it after setting SCRIPT_NAME; it sets nothing
+# Helpers shared by hack/install.sh, hack/uninstall.sh and
+# hack/prepare-namespace.sh. Source it after setting SCRIPT_NAME; it sets nothing
 # else and runs nothing.
 
 # The repository root (the directory above hack/).

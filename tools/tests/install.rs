@@ -2,6 +2,10 @@
 //! the local control plane (hack/local-cluster.sh: a real kube-apiserver, no
 //! nodes, no controller-manager): install, prepare a namespace, apply every
 //! sample, uninstall, then all of it a second time. Assertions read the API.
+//! The second round installs the image `make image` built and plays the
+//! kubelet for the manager Deployment: its container runs from the image's
+//! root filesystem (read-only, /tmp a tmpfs, UID 1001) with the
+//! ServiceAccount token a pod gets, and brings the basic sample to Running.
 //!
 //! The control plane is shared with tools/tests/e2e (never at the same time: cargo
 //! runs test binaries one after another). Uninstall removes the operator's
@@ -11,6 +15,8 @@
 //! controller (empties and finalizes it) and leaves nothing Terminating behind.
 
 use std::collections::BTreeMap;
+#[path = "support/image.rs"]
+mod image;
 #[path = "support/local_cluster.rs"]
 mod local_cluster;
 
@@ -114,6 +120,16 @@ impl Cluster {
             child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         }
         child.wait_with_output().unwrap()
+    }
+
+    /// `helm status` of a release, as JSON text.
+    fn helm_release(&self, ns: &str, name: &str) -> String {
+        let out = Command::new(&self.helm)
+            .args(["status", name, "-n", ns, "-o", "json"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()
+            .expect("run helm");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     }
 
     /// Plays the namespace controller that this control plane lacks: deletes
@@ -354,9 +370,22 @@ async fn install_prepare_samples_uninstall_twice() {
     for round in 1..=2 {
         // Round 1 says --no-wait; round 2 relies on install.sh noticing that the
         // cluster has no nodes. Round 2 also installs another image.
-        let image = if round == 1 { "quay.io/bjohns/tinycode-operator:latest" } else { "quay.io/example/op:v9" };
+        let local_image = format!("localhost/tinycode-operator:{}", image::VERSION);
+        let image = if round == 1 { "registry.example/platform/tinycode-operator:0.1.0" } else { local_image.as_str() };
         let out = if round == 1 {
-            cluster.script_ok("install.sh", &["--no-wait"], &[])
+            // No image given: refused before anything is applied (a default would
+            // be a guess at somebody's registry).
+            // (An interrupted earlier run may have left a manager: compare.)
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NS);
+            let version = |d: Option<Deployment>| d.and_then(|d| d.metadata.resource_version);
+            let before = version(deployments.get_opt("tinycode-operator-manager").await.unwrap());
+            let refused = cluster.script("install.sh", &["--no-wait"], &[]);
+            let text = String::from_utf8_lossy(&refused.stderr);
+            assert!(!refused.status.success(), "install.sh without an image must fail:\n{text}");
+            assert!(text.contains("OPERATOR_IMAGE"), "the refusal names the setting:\n{text}");
+            let after = version(deployments.get_opt("tinycode-operator-manager").await.unwrap());
+            assert_eq!(before, after, "a refused install applied the manager");
+            cluster.script_ok("install.sh", &["--no-wait", "--image", image], &[])
         } else {
             cluster.script_ok("install.sh", &[], &[("OPERATOR_IMAGE", image)])
         };
@@ -377,9 +406,13 @@ async fn install_prepare_samples_uninstall_twice() {
         assert_not_leaked(&out);
         assert_prepared(&client, &ns).await;
 
-        let names = apply_samples(&client, &ns).await;
+        let mut names = apply_samples(&client, &ns).await;
         for name in &names {
             assert!(exists(&instances, name).await, "instance {name} missing after apply");
+        }
+        if round == 2 {
+            let deleted = run_basic_sample_with_the_manager_from_the_image(&cluster, &client, &ns).await;
+            names.retain(|n| *n != deleted);
         }
 
         let out = cluster.script_ok("uninstall.sh", &[], &[]);
@@ -396,7 +429,7 @@ async fn install_prepare_samples_uninstall_twice() {
 
         if round == 1 {
             // Installing into a namespace that is still being deleted fails with a clear message.
-            let out = cluster.script("install.sh", &["--no-wait"], &[]);
+            let out = cluster.script("install.sh", &["--no-wait", "--image", image], &[]);
             assert!(!out.status.success());
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(err.contains("is being deleted"), "{err}");
@@ -423,10 +456,189 @@ fn prepare_namespace_refuses_reserved_namespaces_without_touching_the_cluster() 
 
 #[test]
 fn scripts_explain_themselves() {
-    for script in ["install.sh", "uninstall.sh", "prepare-namespace.sh", "build-push.sh", "olm-validate.sh"] {
+    for script in ["install.sh", "uninstall.sh", "prepare-namespace.sh", "image.sh", "sbom.sh", "olm-validate.sh"] {
         let out = Command::new("bash").arg(root().join("hack").join(script)).arg("--help").output().unwrap();
         assert!(out.status.success(), "{script} --help failed");
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(text.contains("Usage:"), "{script} --help: {text}");
     }
+}
+
+/// The manager Deployment install.sh applied, run the way a kubelet would run
+/// it, from the image `make image` built.
+struct ManagerFromImage {
+    child: std::process::Child,
+    log: PathBuf,
+    _secrets: tempfile::TempDir,
+}
+
+impl ManagerFromImage {
+    async fn start(cluster: &Cluster, client: &Client) -> ManagerFromImage {
+        use base64::Engine;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NS);
+        let deployment = deployments.get("tinycode-operator-manager").await.expect("the manager Deployment");
+        let pod = deployment.spec.template.spec.unwrap();
+        let sa = pod.service_account_name.clone().expect("the manager names its ServiceAccount");
+        let container = pod.containers[0].clone();
+        assert_eq!(
+            container.image.as_deref(),
+            Some(format!("localhost/tinycode-operator:{}", image::VERSION).as_str()),
+            "install.sh put the built image into the Deployment"
+        );
+
+        // What the kubelet mounts at the in-cluster path: a token for the
+        // Deployment's ServiceAccount, the cluster's CA, the namespace.
+        let kubeconfig = Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+        let server_cluster = kubeconfig.clusters[0].cluster.clone().unwrap();
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(server_cluster.certificate_authority_data.clone().unwrap())
+            .unwrap();
+        let server = server_cluster.server.clone().unwrap();
+        let (host, port) = server.trim_start_matches("https://").trim_end_matches('/').rsplit_once(':').unwrap();
+        let token = cluster.kubectl(&["create", "token", &sa, "-n", OPERATOR_NS, "--duration=1h"], None);
+        assert!(token.status.success(), "a token for {sa}: {}", String::from_utf8_lossy(&token.stderr));
+        let secrets = tempfile::tempdir().unwrap();
+        std::fs::write(secrets.path().join("token"), String::from_utf8(token.stdout).unwrap().trim()).unwrap();
+        std::fs::write(secrets.path().join("ca.crt"), ca).unwrap();
+        std::fs::write(secrets.path().join("namespace"), OPERATOR_NS).unwrap();
+        // Readable by UID 1001 through the read-only bind mount.
+        for f in ["", "token", "ca.crt", "namespace"] {
+            let path = secrets.path().join(f);
+            let mode = if f.is_empty() { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        }
+
+        // The environment: the image's, then the container's (field
+        // references resolved as the kubelet does), then the Service
+        // variables the kubelet adds, pointing at the apiserver on loopback.
+        let archive = image::archive();
+        let mut env = image::image_env(&archive);
+        for e in container.env.clone().unwrap_or_default() {
+            let value = match (e.value, e.value_from.and_then(|v| v.field_ref).map(|f| f.field_path)) {
+                (Some(v), _) => v,
+                (None, Some(path)) => match path.as_str() {
+                    "metadata.namespace" => OPERATOR_NS.to_string(),
+                    "metadata.name" => "tinycode-operator-manager-from-image".to_string(),
+                    "spec.serviceAccountName" => sa.clone(),
+                    other => panic!("manager.yaml reads field {other}, which this kubelet does not resolve"),
+                },
+                (None, None) => String::new(),
+            };
+            env.insert(e.name, value);
+        }
+        env.insert("KUBERNETES_SERVICE_HOST".into(), host.to_string());
+        env.insert("KUBERNETES_SERVICE_PORT".into(), port.to_string());
+
+        let config = image::config(&archive);
+        let mut argv: Vec<String> = match container.command {
+            Some(c) => c,
+            None => serde_json::from_value(config["config"]["Entrypoint"].clone()).unwrap(),
+        };
+        argv.extend(match container.args {
+            Some(a) => a,
+            None => serde_json::from_value(config["config"]["Cmd"].clone()).unwrap(),
+        });
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+
+        let log = image::repo_root().join("target/image/install-test-operator.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = image::in_image(
+            &env,
+            &[(secrets.path().to_path_buf(), "/var/run/secrets/kubernetes.io/serviceaccount")],
+            &argv,
+        )
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("start the operator from the image");
+        let manager = ManagerFromImage { child, log, _secrets: secrets };
+
+        // The readiness probe the Deployment declares.
+        let port = container
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref() == Some("health"))
+            .map(|p| p.container_port as u16)
+            .expect("a health port");
+        let mut manager = manager;
+        for _ in 0..600 {
+            if let Some(status) = manager.child.try_wait().unwrap() {
+                panic!("the operator from the image exited ({status}):\n{}", manager.log_text());
+            }
+            if readyz(port) {
+                return manager;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the operator from the image was not ready within 60 s:\n{}", manager.log_text());
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ManagerFromImage {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn readyz(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.0 200")
+}
+
+/// The operator from the image reconciles the basic sample to Running (the
+/// tests play the kubelet and the router), then removes it on deletion; its name.
+async fn run_basic_sample_with_the_manager_from_the_image(cluster: &Cluster, client: &Client, ns: &str) -> String {
+    // No controller-manager: the aggregated ClusterRoles are filled here.
+    devcluster::aggregate_cluster_roles(client).await.expect("aggregate ClusterRoles");
+    let manager = ManagerFromImage::start(cluster, client).await;
+    let (_, basic) =
+        samples().into_iter().find(|(f, _)| f == "tinycode_v1alpha1_basic.yaml").expect("the basic sample");
+    let name = basic["metadata"]["name"].as_str().unwrap().to_string();
+    let instances: Api<TinycodeInstance> = Api::namespaced(client.clone(), ns);
+    let deployment = tinycode_operator::render::naming::fullname(&name);
+    let route = tinycode_operator::render::naming::route(&name);
+
+    let mut phase = String::new();
+    for _ in 0..1200 {
+        let _ = devcluster::mark_deployment_available(client, ns, &deployment).await;
+        let _ = devcluster::admit_route(client, ns, &route, &format!("{name}-{ns}.apps.local.test")).await;
+        let inst = instances.get(&name).await.unwrap();
+        phase = inst.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+        if phase == "Running" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        phase,
+        "Running",
+        "the operator from the image did not bring {name} to Running:\n{}",
+        manager.log_text()
+    );
+    // Release records live in the operator's namespace (tenants cannot forge them).
+    let release = cluster.helm_release(OPERATOR_NS, &tinycode_operator::render::naming::release_name(ns, &name));
+    assert!(release.contains("deployed"), "helm from the image installed the release: {release}");
+
+    // Deleted: the finalizer runs helm uninstall from the image and lets go.
+    instances.delete(&name, &Default::default()).await.unwrap();
+    for _ in 0..600 {
+        if instances.get_opt(&name).await.unwrap().is_none() {
+            return name;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the operator from the image did not finish deleting {name}:\n{}", manager.log_text());
 }

@@ -609,34 +609,20 @@ pub fn ready(inst: &TinycodeInstance) -> (String, String, String) {
 /// Plays the kubelet: reports the Deployment's current generation as rolled out.
 pub async fn mark_available(client: &Client, ns: &str, deployment: &str) -> TestResult {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let d = wait_for(&format!("Deployment {ns}/{deployment}"), WAIT, || async {
+    wait_for(&format!("Deployment {ns}/{deployment}"), WAIT, || async {
         api.get_opt(deployment).await.ctx("get deployment")
     })
     .await?;
-    let replicas = d.spec.replicas.unwrap_or(1);
-    let status = json!({"status": {
-        "observedGeneration": d.metadata.generation, "replicas": replicas, "updatedReplicas": replicas,
-        "readyReplicas": replicas, "availableReplicas": replicas,
-        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "e2e kubelet"}]
-    }});
-    api.patch_status(
-        deployment,
-        &PatchParams { field_manager: Some("e2e-kubelet".into()), ..Default::default() },
-        &Patch::Merge(&status),
-    )
-    .await
-    .ctx("mark deployment available")?;
-    Ok(())
+    devcluster::mark_deployment_available(client, ns, deployment)
+        .await
+        .map_err(|e| format!("mark deployment available: {e}"))
 }
 
 /// Plays the OpenShift router: admits the Route under `host`.
 pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> TestResult {
     let api: Api<Route> = Api::namespaced(client.clone(), ns);
     wait_for(&format!("Route {ns}/{route}"), WAIT, || async { api.get_opt(route).await.ctx("get route") }).await?;
-    let status = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
-        "conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}});
-    api.patch_status(route, &PatchParams::default(), &Patch::Merge(&status)).await.ctx("admit route")?;
-    Ok(())
+    devcluster::admit_route(client, ns, route, host).await.map_err(|e| format!("admit route: {e}"))
 }
 
 /// Plays the kubelet and the router for an instance, then waits for Running.
