@@ -11,6 +11,8 @@ BUNDLE_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-bundle:$(IMAGE_
 CATALOG_IMAGE ?= $(IMAGE_REGISTRY)/$(IMAGE_ORG)/tinycode-operator-catalog:$(IMAGE_TAG)
 CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 NAMESPACE ?= tinycode-dev
+# The one namespace `make install` makes the operator watch; empty: all.
+WATCH_NAMESPACES ?=
 PLATFORM ?= openshift
 SAMPLE ?= config/samples/tinycode_v1alpha1_basic.yaml
 BUNDLE_DIR ?= bundle
@@ -82,8 +84,8 @@ define local_tools
 endef
 
 .PHONY: install
-install: ## Install the operator on $KUBECONFIG's cluster (cluster-admin; INSTALL_WAIT=false: no rollout wait)
-	$(local_tools) OPERATOR_IMAGE="$(OPERATOR_IMAGE)" hack/install.sh
+install: ## Install the operator on $KUBECONFIG's cluster (cluster-admin; INSTALL_WAIT=false: no rollout wait; WATCH_NAMESPACES=ns: watch only ns)
+	$(local_tools) OPERATOR_IMAGE="$(OPERATOR_IMAGE)" WATCH_NAMESPACES="$(WATCH_NAMESPACES)" hack/install.sh
 
 .PHONY: uninstall
 uninstall: ## Remove the operator; keeps the CRD and instances unless DELETE_CRD=true
