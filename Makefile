@@ -14,6 +14,8 @@ BUNDLE_IMAGE ?= $(IMAGE_REPO)-bundle:$(VERSION)
 CATALOG_IMAGE ?= $(IMAGE_REPO)-catalog:$(VERSION)
 CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 NAMESPACE ?= tinycode-dev
+# The one namespace `make install` makes the operator watch; empty: all.
+WATCH_NAMESPACES ?=
 PLATFORM ?= openshift
 SAMPLE ?= config/samples/tinycode_v1alpha1_basic.yaml
 BUNDLE_DIR ?= bundle
@@ -102,8 +104,8 @@ define local_tools
 endef
 
 .PHONY: install
-install: ## Install the operator on $KUBECONFIG's cluster (cluster-admin; INSTALL_WAIT=false: no rollout wait)
-	$(local_tools) OPERATOR_IMAGE="$(IMAGE)" hack/install.sh
+install: ## Install the operator on $KUBECONFIG's cluster (cluster-admin; INSTALL_WAIT=false: no rollout wait; WATCH_NAMESPACES=ns: watch only ns)
+	$(local_tools) OPERATOR_IMAGE="$(IMAGE)" WATCH_NAMESPACES="$(WATCH_NAMESPACES)" hack/install.sh
 
 .PHONY: uninstall
 uninstall: ## Remove the operator; keeps the CRD and instances unless DELETE_CRD=true

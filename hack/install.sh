@@ -2,15 +2,19 @@
 # Installs tinycode-operator on a cluster. Needs cluster-admin.
 #
 # Usage: hack/install.sh [--no-wait] [--image IMAGE] [--timeout DURATION]
+#                        [--watch-namespaces NAMESPACE]
 #
 #   --no-wait         do not wait for the manager rollout (INSTALL_WAIT=false)
 #   --image IMAGE     operator image (OPERATOR_IMAGE; `make install IMAGE=...`),
 #                     required: the one `make image` built and `make push`
 #                     copied to a registry the nodes pull from
 #   --timeout DUR     rollout wait, kubectl duration syntax (ROLLOUT_TIMEOUT, 180s)
+#   --watch-namespaces NAMESPACE
+#                     the one namespace the operator watches (WATCH_NAMESPACES;
+#                     default: all namespaces); not its own namespace
 #
 # Environment: KUBECTL (default: oc, else kubectl), HELM (default: helm),
-# KUBECONFIG, OPERATOR_IMAGE, INSTALL_WAIT, ROLLOUT_TIMEOUT.
+# KUBECONFIG, OPERATOR_IMAGE, INSTALL_WAIT, ROLLOUT_TIMEOUT, WATCH_NAMESPACES.
 #
 # Steps (each idempotent; re-running converges):
 #   1. preflight: client, helm 3 (a warning only: the operator image brings
@@ -21,7 +25,8 @@
 #   4. namespace tinycode-operator-system (pod security: restricted)
 #   5. RBAC: ServiceAccount, operator ClusterRole + binding, leader-election
 #      Role + binding, SCC binding for the manager, self-service user roles
-#   6. the manager Deployment and its metrics Service
+#   6. the manager Deployment (its WATCH_NAMESPACE from --watch-namespaces)
+#      and its metrics Service
 #   7. monitoring: the tinycode-operator-metrics-reader ClusterRole (who may
 #      read /metrics); the ServiceMonitor and PrometheusRule of
 #      config/prometheus/ only when the cluster serves the Prometheus
@@ -37,6 +42,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 OPERATOR_IMAGE=${OPERATOR_IMAGE:-}
 INSTALL_WAIT=${INSTALL_WAIT:-true}
 ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-180s}
+WATCH_NAMESPACES=${WATCH_NAMESPACES:-}
 HELM=${HELM:-helm}
 NS=$OPERATOR_NAMESPACE_DEFAULT
 DEPLOYMENT=tinycode-operator-manager
@@ -63,6 +69,12 @@ parse_args() {
 			shift
 			;;
 		--timeout=*) ROLLOUT_TIMEOUT=${1#--timeout=} ;;
+		--watch-namespaces)
+			(($# >= 2)) || die "--watch-namespaces needs a value"
+			WATCH_NAMESPACES=$2
+			shift
+			;;
+		--watch-namespaces=*) WATCH_NAMESPACES=${1#--watch-namespaces=} ;;
 		-h | --help)
 			usage
 			exit 0
@@ -86,6 +98,28 @@ parse_args() {
 	if ! [[ "$OPERATOR_IMAGE" =~ ^[A-Za-z0-9][A-Za-z0-9._/:@-]*$ ]]; then
 		die "OPERATOR_IMAGE '${OPERATOR_IMAGE}' is not an image reference (registry/org/name:tag or @sha256:...)"
 	fi
+	check_watch_namespaces
+}
+
+# check_watch_namespaces: WATCH_NAMESPACES is empty (all namespaces) or one
+# namespace name (it goes into a sed expression, so it is checked strictly).
+# The operator refuses the same things at start-up; refusing them here keeps a
+# bad value from becoming a crash-looping manager.
+check_watch_namespaces() {
+	local given=$WATCH_NAMESPACES part
+	local -a parts names=()
+	IFS=, read -r -a parts <<<"${given//[[:space:]]/}"
+	for part in "${parts[@]}"; do
+		[[ -z "$part" || " ${names[*]} " == *" ${part} "* ]] || names+=("$part")
+	done
+	((${#names[@]} <= 1)) ||
+		die "WATCH_NAMESPACES (--watch-namespaces) '${given}' names several namespaces; the operator watches one namespace or all (OLM's MultiNamespace mode is not supported)"
+	WATCH_NAMESPACES=${names[0]:-}
+	[[ -z "$WATCH_NAMESPACES" ]] && return 0
+	[[ "$WATCH_NAMESPACES" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
+		die "WATCH_NAMESPACES (--watch-namespaces) '${WATCH_NAMESPACES}' is not a namespace name"
+	[[ "$WATCH_NAMESPACES" != "$NS" ]] ||
+		die "WATCH_NAMESPACES (--watch-namespaces) names the operator's own namespace ${NS}, where instances are refused; name the namespace instances go into"
 }
 
 preflight() {
@@ -139,9 +173,15 @@ install_manager() {
 	local image=$OPERATOR_IMAGE
 	grep -Eq "image: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$" "$manifest" ||
 		die "${manifest} no longer names ${PLACEHOLDER_IMAGE}:<version>; update PLACEHOLDER_IMAGE in $0"
-	# The image was checked against a strict pattern above, so it is safe in sed.
-	sed -E "s|image: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$|image: ${image}|" "$manifest" | apply_stdin "$manifest"
-	log "applied config/manager/manager.yaml (image ${image})"
+	local watch='value: ""'
+	grep -A1 -- '- name: WATCH_NAMESPACE$' "$manifest" | grep -q -- "$watch\$" ||
+		die "${manifest} no longer sets WATCH_NAMESPACE to \"\" (all namespaces); update install_manager in $0"
+	# The image and the namespace were checked against strict patterns above,
+	# so they are safe in sed.
+	sed -E -e "s|image: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$|image: ${image}|" \
+		-e "/- name: WATCH_NAMESPACE\$/{n;s|${watch}\$|value: \"${WATCH_NAMESPACES}\"|;}" \
+		"$manifest" | apply_stdin "$manifest"
+	log "applied config/manager/manager.yaml (image ${image}; watching ${WATCH_NAMESPACES:-all namespaces})"
 	apply_file "${REPO_ROOT}/config/manager/service.yaml"
 	apply_file "${REPO_ROOT}/config/manager/network_policy.yaml"
 }
@@ -183,20 +223,20 @@ wait_rollout() {
 }
 
 next_steps() {
-	local k=${KUBECTL##*/}
+	local k=${KUBECTL##*/} t=${WATCH_NAMESPACES:-tinycode-dev}
 	cat <<EOT
 
-tinycode-operator is installed (namespace ${NS}).
+tinycode-operator is installed (namespace ${NS}), watching ${WATCH_NAMESPACES:-every namespace}.
 
 Next steps:
   1. Prepare a namespace for instances (operator admin RoleBinding + password Secret):
-       hack/prepare-namespace.sh tinycode-dev --generate-password
+       hack/prepare-namespace.sh ${t} --generate-password
   2. Create an instance:
-       make deploy-sample NAMESPACE=tinycode-dev
-     or: ${k} apply -n tinycode-dev -f config/samples/tinycode_v1alpha1_basic.yaml
+       make deploy-sample NAMESPACE=${t}
+     or: ${k} apply -n ${t} -f config/samples/tinycode_v1alpha1_basic.yaml
   3. Watch it and get its URL:
-       ${k} get tinycodeinstances -n tinycode-dev -w
-       ${k} get tinycodeinstance my-tinycode -n tinycode-dev -o jsonpath='{.status.url}'
+       ${k} get tinycodeinstances -n ${t} -w
+       ${k} get tinycodeinstance my-tinycode -n ${t} -o jsonpath='{.status.url}'
 
 Self-service users: bind ClusterRole tinycode-user-role in their namespace, e.g.
   ${k} create rolebinding alice-tinycode-user --clusterrole=tinycode-user-role --user=alice@example.com -n tinycode-alice

@@ -11,6 +11,7 @@ pub mod reconcile;
 pub mod render;
 pub mod settings;
 pub mod vllm;
+pub mod watch_scope;
 
 /// The operator's version (the OLM bundle's CSV version too).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

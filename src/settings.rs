@@ -59,6 +59,8 @@ pub struct Settings {
     pub lease_duration: Duration,
     /// When this process became the leader (when it started, without leader election).
     pub leading_since: std::time::Instant,
+    /// The namespaces the operator watches (`--watch-namespaces`; set by `run`).
+    pub watch_scope: crate::watch_scope::WatchScope,
 }
 
 impl Default for Settings {
@@ -87,6 +89,7 @@ impl Default for Settings {
             ingress_namespace: "ingress-nginx".into(),
             lease_duration: crate::ops::leader::Timings::default().lease_duration,
             leading_since: std::time::Instant::now(),
+            watch_scope: crate::watch_scope::WatchScope::All,
         }
     }
 }

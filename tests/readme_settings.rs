@@ -218,8 +218,8 @@ fn each_kind_of_mistake_is_reported() {
             "--concurrency has no default in the CLI",
         ),
         (
-            readme.replace(row("--watch-namespace"), &row("--watch-namespace").replace("| `\"\"` ", "| all ")),
-            "--watch-namespace's default cell does not start with the CLI's default ``",
+            readme.replace(row("--watch-namespaces"), &row("--watch-namespaces").replace("| `\"\"` ", "| all ")),
+            "--watch-namespaces's default cell does not start with the CLI's default ``",
         ),
     ];
     for (edited, expected) in cases {

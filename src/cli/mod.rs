@@ -19,6 +19,7 @@ use crate::platform::openshift;
 use crate::platform::scc::ALL_TIERS;
 use crate::render::values;
 use crate::settings::Settings;
+use crate::watch_scope::WatchScope;
 
 #[derive(Parser, Debug)]
 #[command(name = "tinycode-operator", version, about = "Installs and manages tinycode instances on OpenShift")]
@@ -162,9 +163,20 @@ pub struct SettingsArgs {
 /// Settings of the controller only (global like [`SettingsArgs`], so `run --help` lists them).
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Watch only this namespace (empty: all).
-    #[arg(long, global = true, env = "WATCH_NAMESPACE", default_value = "")]
-    pub watch_namespace: String,
+    /// The namespace to watch (a comma-separated list; empty: all namespaces).
+    /// With one (OLM's SingleNamespace) every watch and list of namespaced
+    /// kinds stays in it; several (MultiNamespace) are refused.
+    // WATCH_NAMESPACE, unprefixed, is what CSVs conventionally fill from OLM's
+    // olm.targetNamespaces; --watch-namespace is the flag's earlier spelling.
+    #[arg(
+        long,
+        global = true,
+        env = "WATCH_NAMESPACE",
+        value_delimiter = ',',
+        default_value = "",
+        alias = "watch-namespace"
+    )]
+    pub watch_namespaces: Vec<String>,
     /// Instances reconciled at once (default: 4 per available core, 2 to 16;
     /// helm waits on the apiserver, so more runs than cores overlap: see
     /// README, Benchmark).
@@ -201,7 +213,21 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The leader election timings, checked.
+    /// The namespaces to watch, checked. The operator's own namespace is
+    /// refused: it holds every release record, so instances there are
+    /// refused, and watching it alone (OLM's OwnNamespace) would run an
+    /// operator that refuses everything it sees.
+    pub fn watch_scope(&self, operator_namespace: &str) -> Result<WatchScope, String> {
+        let scope = WatchScope::parse(&self.watch_namespaces)?;
+        if scope.namespace() == Some(operator_namespace) {
+            return Err(format!(
+                "{} names the operator's own namespace {operator_namespace}, where instances are refused (it holds their Helm release records); watch a namespace prepared for instances, or all (OLM's OwnNamespace install mode is not supported)",
+                crate::watch_scope::FLAG
+            ));
+        }
+        Ok(scope)
+    }
+
     /// The concurrency given, else 4 per core this process may use (which
     /// honours a container's CPU limit), between 2 and 16.
     pub fn concurrency(&self) -> u16 {
@@ -211,6 +237,7 @@ impl RunArgs {
         })
     }
 
+    /// The leader election timings, checked.
     pub fn lease_timings(&self) -> Result<crate::ops::leader::Timings, String> {
         let derived = crate::ops::leader::Timings::for_lease(Duration::from_secs(self.lease_duration_seconds));
         crate::ops::leader::Timings::new(
@@ -312,6 +339,8 @@ impl SettingsArgs {
             // Both set by `run` once this process leads.
             lease_duration: crate::ops::leader::Timings::default().lease_duration,
             leading_since: std::time::Instant::now(),
+            // A `run` flag: `run` sets it, other commands watch nothing.
+            watch_scope: WatchScope::All,
         })
     }
 }

@@ -29,6 +29,8 @@ pub fn run(settings: Settings, args: RunArgs) -> ExitCode {
 
 async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fail> {
     let timings = args.lease_timings().map_err(|e| fail(2, "invalid leader election timings", e))?;
+    settings.watch_scope =
+        args.watch_scope(&settings.operator_namespace).map_err(|e| fail(2, "invalid namespaces to watch", e))?;
     let client = kube::Client::try_default()
         .await
         .map_err(|e| fail(1, "cannot build a Kubernetes client; set KUBECONFIG or run in a pod", e))?;
@@ -95,14 +97,13 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     health.leader.store(true, Ordering::Relaxed);
     let platform_changed = watch_platform(&client, &settings, stop_tx.clone());
 
-    let watch = (!args.watch_namespace.is_empty()).then_some(args.watch_namespace.clone());
     let concurrency = args.concurrency();
-    tracing::info!(watch_namespace = watch.as_deref().unwrap_or("*"), concurrency, "tinycode-operator starting");
+    tracing::info!(watching = %settings.watch_scope, concurrency, "tinycode-operator starting");
     let mut stop = stop_rx.clone();
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    let opts = crate::reconcile::RunOptions { watch_namespace: watch, concurrency: args.concurrency().max(1) };
+    let opts = crate::reconcile::RunOptions { concurrency: concurrency.max(1) };
     let controller = crate::reconcile::run(client, settings, helm, metrics, opts, health.clone(), shutdown);
     if let Some(code) = lead(elector.as_ref(), renewed, controller, &health).await {
         return Ok(code);

@@ -3,6 +3,7 @@
 use clap::CommandFactory;
 
 use super::*;
+use crate::watch_scope::WatchScope;
 
 fn parse(args: &[&str]) -> Cli {
     Cli::try_parse_from(std::iter::once("tinycode-operator").chain(args.iter().copied()))
@@ -32,7 +33,7 @@ fn settings_after_run() {
         "5",
         "--lease-retry-period-seconds",
         "1",
-        "--watch-namespace",
+        "--watch-namespaces",
         "team-a",
         "--helm-bin",
         "/opt/helm",
@@ -54,7 +55,7 @@ fn settings_after_run() {
         (t.lease_duration, t.renew_deadline, t.retry_period),
         (Duration::from_secs(7), Duration::from_secs(5), Duration::from_secs(1))
     );
-    assert_eq!(cli.run.watch_namespace, "team-a");
+    assert_eq!(cli.run.watch_scope("ops"), Ok(WatchScope::Namespace("team-a".into())));
     assert_eq!(cli.settings.helm_bin, PathBuf::from("/opt/helm"));
     assert_eq!(cli.settings.allowed_registries, ["a.example", "b.example"]);
     assert_eq!(cli.settings.allowed_cluster_roles, ["view", "edit"]);
@@ -154,7 +155,7 @@ fn run_help_lists_the_settings_and_their_env() {
         "TINYCODE_ALLOWED_REGISTRIES",
         "--helm-bin",
         "HELM_BIN",
-        "--watch-namespace",
+        "--watch-namespaces",
         "WATCH_NAMESPACE",
     ] {
         assert!(help.contains(needle), "run --help lacks {needle}:\n{help}");
@@ -193,4 +194,41 @@ fn tenant_guards_are_on_by_default_and_their_flags_are_checked() {
         let e = parse(&args).settings.to_settings().unwrap_err();
         assert!(e.contains(bad[0]), "{e}");
     }
+}
+
+/// The scope as `run` reads it from the command line (the list's own parsing
+/// is tested in crate::watch_scope; the environment is the same value).
+fn scope(args: &[&str]) -> Result<WatchScope, String> {
+    let args: Vec<&str> = std::iter::once("run").chain(args.iter().copied()).collect();
+    parse(&args).run.watch_scope(crate::settings::DEFAULT_OPERATOR_NAMESPACE)
+}
+
+#[test]
+fn watch_namespaces_takes_none_one_or_refuses_several() {
+    let team = Ok(WatchScope::Namespace("team-a".into()));
+    if std::env::var_os("WATCH_NAMESPACE").is_none() {
+        assert_eq!(scope(&[]), Ok(WatchScope::All), "absent: every namespace, as before");
+    }
+    assert_eq!(scope(&["--watch-namespaces", ""]), Ok(WatchScope::All), "OLM's value for all namespaces");
+    assert_eq!(scope(&["--watch-namespaces", "team-a"]), team);
+    assert_eq!(scope(&["--watch-namespaces=team-a"]), team);
+    assert_eq!(scope(&["--watch-namespaces", " team-a , "]), team);
+    assert_eq!(scope(&["--watch-namespace", "team-a"]), team, "the earlier spelling still works");
+    assert_eq!(parse(&["--watch-namespaces", "team-a", "run"]).run.watch_scope("ops"), team, "before run too");
+    for several in [
+        &["--watch-namespaces", "team-a,team-b"][..],
+        &["--watch-namespaces", "team-a", "--watch-namespaces", "team-b"],
+    ] {
+        let e = scope(several).unwrap_err();
+        assert!(e.contains("--watch-namespaces") && e.contains("MultiNamespace"), "{e}");
+    }
+    let e = scope(&["--watch-namespaces", "Team_A"]).unwrap_err();
+    assert!(e.contains("--watch-namespaces") && e.contains("\"Team_A\" is not a namespace name"), "{e}");
+}
+
+#[test]
+fn watching_only_the_operators_own_namespace_is_refused() {
+    let e = parse(&["run", "--watch-namespaces", "ops"]).run.watch_scope("ops").unwrap_err();
+    assert!(e.contains("--watch-namespaces") && e.contains("operator's own namespace ops"), "{e}");
+    assert!(e.contains("OwnNamespace"), "names the OLM install mode: {e}");
 }

@@ -33,9 +33,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
-use kube::Api;
 use kube::api::PostParams;
 use sha2::{Digest, Sha256};
+
+use crate::watch_scope::cluster_api;
 
 /// `--metrics-auth`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -188,7 +189,7 @@ impl KubeReviewer {
             spec: TokenReviewSpec { token: token.to_string(), ..Default::default() },
             ..Default::default()
         };
-        let reviewed = Api::<TokenReview>::all(self.client.clone())
+        let reviewed = cluster_api::<TokenReview>(&self.client)
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| format!("TokenReview: {e}"))?;
@@ -214,7 +215,7 @@ impl KubeReviewer {
             },
             ..Default::default()
         };
-        let reviewed = Api::<SubjectAccessReview>::all(self.client.clone())
+        let reviewed = cluster_api::<SubjectAccessReview>(&self.client)
             .create(&PostParams::default(), &access)
             .await
             .map_err(|e| format!("SubjectAccessReview: {e}"))?;

@@ -25,6 +25,7 @@ use crate::reconcile::observe::prepared_live;
 use crate::reconcile::written::write_status;
 use crate::reconcile::{Context, Error, status};
 use crate::render::naming;
+use crate::watch_scope::cluster_api;
 
 /// Delete path: Terminating → helm uninstall → grants, Route and copies
 /// removed → PVCs deleted only when the user said so. It always completes:
@@ -41,8 +42,7 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
             tracing::debug!(error = %e, "could not mark the instance Terminating");
         }
     }
-    let namespace =
-        Api::<Namespace>::all(ctx.client.clone()).get_opt(&ns).await.during("read the instance namespace")?;
+    let namespace = cluster_api::<Namespace>(&ctx.client).get_opt(&ns).await.during("read the instance namespace")?;
     let terminating = namespace.as_ref().is_none_or(|n| n.metadata.deletion_timestamp.is_some());
     let degraded = terminating || !matches!(prepared_live(ctx, &ns).await, Ok(missing) if missing.is_empty());
     let mut left: Vec<String> = Vec::new();
@@ -184,18 +184,24 @@ async fn remove_own_objects(ctx: &Context, ns: &str, name: &str, left: &mut Vec<
 }
 
 /// Objects of the instance outside its namespace, found by their instance
-/// labels: the cluster-role binding and discovery RoleBindings elsewhere.
+/// labels: the cluster-role binding and discovery RoleBindings elsewhere
+/// (looked for within the watched namespaces only: with one watched, the
+/// operator discovers nowhere else, and helm's uninstall removes what an
+/// earlier, wider scope put there).
 async fn remove_outside_objects(ctx: &Context, ns: &str, name: &str, left: &mut Vec<String>) -> Result<(), Error> {
     let selector = format!("tinycode.dev/instance-namespace={ns},tinycode.dev/instance-name={name}");
     let lp = ListParams::default().labels(&selector);
-    let crbs: Api<ClusterRoleBinding> = Api::all(ctx.client.clone());
+    let crbs = cluster_api::<ClusterRoleBinding>(&ctx.client);
     for crb in crbs.list_metadata(&lp).await.during("list the instance's ClusterRoleBindings")?.items {
         delete_ignoring_missing(&crbs, &crb.name_any()).await.during("delete the instance's ClusterRoleBindings")?;
     }
     delete_ignoring_missing(&crbs, &naming::cluster_role_binding(ns, name))
         .await
         .during("delete the instance's ClusterRoleBinding")?;
-    for rb in Api::<RoleBinding>::all(ctx.client.clone())
+    for rb in ctx
+        .settings
+        .watch_scope
+        .api::<RoleBinding>(&ctx.client)
         .list_metadata(&lp)
         .await
         .during("list the instance's RoleBindings in other namespaces")?

@@ -1,12 +1,10 @@
 //! vLLM discovery: the namespaces a cluster-admin opened to it, and the
-//! Services annotated there (from the Service store where it holds them).
+//! Services annotated there (from the Service store).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::Api;
-use kube::api::ListParams;
 
 pub use crate::reconcile::approval::approved_discovery;
 use crate::reconcile::{Context, approval};
@@ -33,30 +31,20 @@ pub fn labelled_namespaces(ctx: &Context, ns: &str, spec: &crate::api::TinycodeI
 /// and the approved discovery namespaces, as (name, base URL), and how many
 /// more were found: tenants can annotate any number of Services, so only the
 /// first [`vllm::MAX_DISCOVERED_PER_INSTANCE`] by namespace/name are returned
-/// (the same ones every reconcile). Listing errors only shorten the list:
-/// discovery feeds warnings, never failures.
-pub async fn vllm_services(ctx: &Context, ns: &str, others: &[String]) -> (Vec<(String, String)>, usize) {
-    let mut out = Vec::new();
-    for namespace in std::iter::once(ns).chain(others.iter().map(String::as_str)) {
-        let services: Vec<Arc<Service>> = if ctx.stores.covers(namespace) {
-            ctx.stores
-                .services
-                .state()
-                .into_iter()
-                .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
-                .collect()
-        } else {
-            match Api::<Service>::namespaced(ctx.client.clone(), namespace).list(&ListParams::default()).await {
-                Ok(list) => list.items.into_iter().map(Arc::new).collect(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot list Services for vLLM discovery");
-                    continue;
-                }
-            }
-        };
-        out.extend(services.iter().filter_map(|s| vllm_candidate(s)));
-    }
-    vllm::first_discovered(out)
+/// (the same ones every reconcile). Only the Service store is read, so a
+/// namespace outside the watched ones is never listed (with one namespace
+/// watched the namespace store shows no other as open anyway).
+pub fn vllm_services(ctx: &Context, ns: &str, others: &[String]) -> (Vec<(String, String)>, usize) {
+    let namespaces: Vec<&str> =
+        std::iter::once(ns).chain(others.iter().map(String::as_str)).filter(|n| ctx.stores.covers(n)).collect();
+    let services: Vec<Arc<Service>> = ctx
+        .stores
+        .services
+        .state()
+        .into_iter()
+        .filter(|s| s.metadata.namespace.as_deref().is_some_and(|n| namespaces.contains(&n)))
+        .collect();
+    vllm::first_discovered(services.iter().filter_map(|s| vllm_candidate(s)).collect())
 }
 
 /// (namespace/name, base URL) of a Service annotated for discovery.

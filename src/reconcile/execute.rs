@@ -19,6 +19,7 @@ use crate::reconcile::error::During;
 use crate::reconcile::plan::{Exposure, Plan};
 use crate::reconcile::{Context, Error};
 use crate::render::naming;
+use crate::watch_scope::cluster_api;
 
 /// What the writes left: the release revision and the exposure as the cluster reports it.
 #[derive(Debug, Clone, Default)]
@@ -44,7 +45,7 @@ pub async fn execute(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Res
         delete_ignoring_missing(&bindings, stale).await.during("delete the grant of the previous SCC tier")?;
     }
     if plan.replace_cluster_role_binding {
-        let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+        let crbs = cluster_api::<ClusterRoleBinding>(client);
         delete_ignoring_missing(&crbs, &naming::cluster_role_binding(&ns, &name))
             .await
             .during("replace the ClusterRoleBinding (its roleRef cannot change)")?;

@@ -19,6 +19,7 @@ use crate::reconcile::reason::Blocked;
 use crate::reconcile::written::await_revision;
 use crate::reconcile::{Context, Error, conditions};
 use crate::render::naming;
+use crate::watch_scope::cluster_api;
 
 /// Runs helm for `plan`; returns the new revision.
 pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &HelmRun) -> Result<i64, Error> {
@@ -170,7 +171,7 @@ async fn finish_migration(ctx: &Context, inst: &TinycodeInstance) -> Result<(), 
         .await
         .during("delete the records of the release an earlier build kept")?;
     let old_binding = naming::legacy_discovery_cluster_binding(&ns, &name);
-    delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(ctx.client.clone()), &old_binding)
+    delete_ignoring_missing(&cluster_api::<ClusterRoleBinding>(&ctx.client), &old_binding)
         .await
         .during("delete the ClusterRoleBinding an earlier build made for discovery")?;
     let current = naming::release_name(&ns, &name);

@@ -156,9 +156,9 @@ impl Context {
     }
 }
 
-/// How the controller runs.
+/// How the controller runs (the namespaces it watches are a setting:
+/// [`Settings::watch_scope`]).
 pub struct RunOptions {
-    pub watch_namespace: Option<String>,
     pub concurrency: u16,
 }
 
@@ -179,15 +179,15 @@ pub async fn run(
     health: Arc<HealthState>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let scope = opts.watch_namespace.as_deref();
-    let instances: Api<TinycodeInstance> = stores::scoped_api(&client, scope);
+    let scope = settings.watch_scope.clone();
+    let instances: Api<TinycodeInstance> = scope.api(&client);
     let (reader, events) = stores::reflect(instances, stores::config());
     let config = kube::runtime::controller::Config::default().concurrency(opts.concurrency);
     let controller =
         Controller::for_stream(triggers::relevant(events, triggers::hash_instance), reader.clone()).with_config(config);
     let (platform, operator_ns) = (settings.platform, settings.operator_namespace.clone());
     let (stores, controller) =
-        stores::start(&client, platform, &operator_ns, scope, controller, reader.clone(), namespace_concerns);
+        stores::start(&client, platform, &operator_ns, &scope, controller, reader.clone(), namespace_concerns);
     let ctx = Arc::new(Context::new(client, settings, helm, metrics, stores));
     let synced = health.clone();
     let ready_ctx = ctx.clone();

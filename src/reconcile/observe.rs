@@ -26,6 +26,7 @@ use crate::reconcile::stores::Lookup;
 use crate::reconcile::{Context, Error, discover};
 use crate::render::naming;
 use crate::vllm::Report;
+use crate::watch_scope::{cluster_api, cluster_api_dynamic};
 
 use crate::reconcile::marks::HELM_RELEASE_NAMESPACE_ANNOTATION;
 
@@ -156,7 +157,7 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
     let others = discover::approved_discovery(&ns, &inst.spec, &o.discovery_labelled);
     let targets: Vec<(String, String)> =
         inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
-    let (candidates, skipped) = discover::vllm_services(ctx, &ns, &others).await;
+    let (candidates, skipped) = discover::vllm_services(ctx, &ns, &others);
     o.discovery_skipped = skipped;
     (o.providers, o.discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
     Ok(o)
@@ -264,7 +265,7 @@ pub async fn prepared_live(ctx: &Context, ns: &str) -> Result<Vec<String>, Error
         spec: SelfSubjectRulesReviewSpec { namespace: Some(ns.into()) },
         ..Default::default()
     };
-    let result = Api::<SelfSubjectRulesReview>::all(ctx.client.clone())
+    let result = cluster_api::<SelfSubjectRulesReview>(&ctx.client)
         .create(&PostParams::default(), &review)
         .await
         .during("ask which rules the operator has in the namespace")?;
@@ -372,7 +373,7 @@ async fn live_meta(ctx: &Context, obj: &manifest::ObjectRef) -> Result<Option<Ob
     let (group, version) = obj.api_version.split_once('/').unwrap_or(("", obj.api_version.as_str()));
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &obj.kind));
     let api: Api<DynamicObject> = if obj.namespace.is_empty() {
-        Api::all_with(ctx.client.clone(), &resource)
+        cluster_api_dynamic(&ctx.client, &resource)
     } else {
         Api::namespaced_with(ctx.client.clone(), &obj.namespace, &resource)
     };

@@ -27,6 +27,7 @@ use crate::reconcile::error::During;
 use crate::reconcile::{Context, Error, approval, discover};
 use crate::render::naming;
 use crate::settings::Settings;
+use crate::watch_scope::cluster_api;
 
 /// Field manager of the scale-down: not one of the operator's own managers,
 /// so the drift check sees the write and helm restores the replicas once the
@@ -275,8 +276,11 @@ pub(crate) async fn withdraw_one(ctx: &Context, inst: &TinycodeInstance, what: &
     let client = ctx.client.clone();
     match what {
         Withdraw::ClusterRoleBinding => {
-            delete_ignoring_missing(&Api::<ClusterRoleBinding>::all(client), &naming::cluster_role_binding(&ns, &name))
-                .await
+            delete_ignoring_missing(
+                &cluster_api::<ClusterRoleBinding>(&client),
+                &naming::cluster_role_binding(&ns, &name),
+            )
+            .await
         }
         Withdraw::KubeconfigCopy => {
             delete_ignoring_missing(&Api::<Secret>::namespaced(client, &ns), &naming::kubeconfig_copy(&name)).await

@@ -7,7 +7,6 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, NetworkPolicy};
@@ -23,6 +22,7 @@ use crate::platform::openshift::{Route, SecurityContextConstraints};
 use crate::reconcile::triggers::{
     hash_deployment, hash_ingress, hash_meta, hash_namespace, hash_route, relevant, relevant_owned,
 };
+use crate::watch_scope::{WatchScope, cluster_api};
 
 /// Label selecting the objects the operator and its chart create.
 pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=tinycode-operator";
@@ -48,8 +48,8 @@ pub struct Stores {
     pub routes: Option<Store<Route>>,
     pub ingresses: Option<Store<Ingress>>,
     pub ingress_classes: Option<Store<Meta<IngressClass>>>,
-    /// The one namespace the namespaced stores watch, or None for all.
-    pub scope: Option<String>,
+    /// The namespaces the namespaced stores watch.
+    pub scope: WatchScope,
 }
 
 /// What a store says about one object.
@@ -162,7 +162,7 @@ impl Stores {
 
     /// Whether the namespaced stores hold `namespace`.
     pub fn covers(&self, namespace: &str) -> bool {
-        self.scope.as_deref().is_none_or(|s| s == namespace)
+        self.scope.covers(namespace)
     }
 }
 
@@ -221,17 +221,6 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// The watch configuration every store starts from.
 pub fn config() -> watcher::Config {
     watcher::Config::default().page_size(LIST_PAGE_SIZE)
-}
-
-/// The API of a namespaced kind, in one namespace or all.
-pub fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// A reflector fed by a watch, and its event stream (to drive, or to filter
@@ -328,7 +317,7 @@ pub fn start<K>(
     client: &Client,
     platform: crate::platform::Platform,
     operator_namespace: &str,
-    scope: Option<&str>,
+    scope: &WatchScope,
     controller: kube::runtime::Controller<K>,
     instances: Store<K>,
     concerns: fn(&K, &str) -> bool,
@@ -340,29 +329,29 @@ where
     let any = config;
     let (cached, namespace_events) = Cached::start(client, platform, operator_namespace, scope);
     // Deployments keep only what the reconcile reads (metadata and status).
-    let (deployments, s) = reflect_trimmed(scoped_api::<Deployment>(client, scope), owned(), |d| {
+    let (deployments, s) = reflect_trimmed(scope.api::<Deployment>(client), owned(), |d| {
         d.spec = Default::default();
         slim_owned(&mut d.metadata);
     });
     let mut c = controller.owns_stream(relevant_owned(s, hash_deployment));
-    let (services, s) = reflect(scoped_api::<Service>(client, scope), any());
+    let (services, s) = reflect(scope.api::<Service>(client), any());
     c = c.owns_stream(relevant_owned(s, hash_meta));
-    let (service_accounts, s) = reflect_owned(scoped_api::<Meta<ServiceAccount>>(client, scope), owned());
+    let (service_accounts, s) = reflect_owned(scope.api::<Meta<ServiceAccount>>(client), owned());
     c = c.owns_stream(relevant_owned(s, hash_meta));
-    let (config_maps, s) = reflect_owned(scoped_api::<Meta<ConfigMap>>(client, scope), owned());
+    let (config_maps, s) = reflect_owned(scope.api::<Meta<ConfigMap>>(client), owned());
     c = c.owns_stream(relevant_owned(s, hash_meta));
-    let (network_policies, s) = reflect_owned(scoped_api::<Meta<NetworkPolicy>>(client, scope), owned());
+    let (network_policies, s) = reflect_owned(scope.api::<Meta<NetworkPolicy>>(client), owned());
     c = c.owns_stream(relevant_owned(s, hash_meta));
-    let (roles, s) = reflect_owned(scoped_api::<Meta<Role>>(client, scope), owned());
+    let (roles, s) = reflect_owned(scope.api::<Meta<Role>>(client), owned());
     c = c.owns_stream(relevant_owned(s, hash_meta));
-    let (role_bindings, s) = reflect_owned(scoped_api::<Meta<RoleBinding>>(client, scope), owned());
+    let (role_bindings, s) = reflect_owned(scope.api::<Meta<RoleBinding>>(client), owned());
     c = c.owns_stream(relevant_owned(s, hash_meta));
     let (routes, ingresses) = if platform.routes {
-        let (store, s) = reflect_owned(scoped_api::<Route>(client, scope), owned());
+        let (store, s) = reflect_owned(scope.api::<Route>(client), owned());
         c = c.owns_stream(relevant_owned(s, hash_route));
         (Some(store), None)
     } else {
-        let (store, s) = reflect_owned(scoped_api::<Ingress>(client, scope), owned());
+        let (store, s) = reflect_owned(scope.api::<Ingress>(client), owned());
         c = c.owns_stream(relevant_owned(s, hash_ingress));
         (None, Some(store))
     };
@@ -390,7 +379,7 @@ where
         routes,
         ingresses,
         ingress_classes,
-        scope: scope.map(str::to_string),
+        scope: scope.clone(),
     };
     (stores, c)
 }
@@ -410,19 +399,21 @@ impl Cached {
         client: &Client,
         platform: crate::platform::Platform,
         operator_namespace: &str,
-        scope: Option<&str>,
+        scope: &WatchScope,
     ) -> (Self, impl EventStream<Meta<Namespace>>) {
         let owned = || config().labels(PART_OF_SELECTOR);
         let any = config;
-        let namespace_config = match scope {
+        // Namespaces are cluster-scoped, but their labels are approvals for
+        // the instances in them: with one namespace watched, the others'
+        // labels are none of the operator's business (nor is discovery there).
+        let namespace_config = match scope.namespace() {
             Some(ns) => config().fields(&format!("metadata.name={ns}")),
             None => config(),
         };
-        let (namespaces, namespace_events) =
-            reflect_meta(Api::<Meta<Namespace>>::all(client.clone()), namespace_config);
-        let (pvcs, s) = reflect_owned(scoped_api::<Meta<PersistentVolumeClaim>>(client, scope), owned());
+        let (namespaces, namespace_events) = reflect_meta(cluster_api::<Meta<Namespace>>(client), namespace_config);
+        let (pvcs, s) = reflect_owned(scope.api::<Meta<PersistentVolumeClaim>>(client), owned());
         drive(s);
-        let (cluster_role_bindings, s) = reflect_owned(Api::<ClusterRoleBinding>::all(client.clone()), owned());
+        let (cluster_role_bindings, s) = reflect_owned(cluster_api::<ClusterRoleBinding>(client), owned());
         drive(s);
         let records_api = Api::<Meta<Secret>>::namespaced(client.clone(), operator_namespace);
         // Of a record, the stages read its name, labels and creation time only.
@@ -430,12 +421,12 @@ impl Cached {
         let (records, s) = reflect_trimmed(records_api, config().labels(crate::helm::RECORDS_SELECTOR), trim);
         drive(s);
         let sccs = platform.sccs.then(|| {
-            let (store, s) = reflect_meta(Api::<Meta<SecurityContextConstraints>>::all(client.clone()), any());
+            let (store, s) = reflect_meta(cluster_api::<Meta<SecurityContextConstraints>>(client), any());
             drive(s);
             store
         });
         let ingress_classes = (!platform.routes).then(|| {
-            let (store, s) = reflect_meta(Api::<Meta<IngressClass>>::all(client.clone()), any());
+            let (store, s) = reflect_meta(cluster_api::<Meta<IngressClass>>(client), any());
             drive(s);
             store
         });
@@ -465,7 +456,7 @@ pub fn empty(platform: crate::platform::Platform) -> Stores {
         routes: platform.routes.then(s),
         ingresses: (!platform.routes).then(s),
         ingress_classes: (!platform.routes).then(s),
-        scope: None,
+        scope: WatchScope::All,
     }
 }
 
@@ -558,7 +549,7 @@ mod tests {
         // Kinds without a store here are asked of the API server.
         assert_eq!(stores.meta("Route", "team", "dev-tinycode"), Lookup::NotCached);
         assert_eq!(stores.meta("Secret", "team", "dev-tinycode"), Lookup::NotCached);
-        stores.scope = Some("elsewhere".into());
+        stores.scope = WatchScope::Namespace("elsewhere".into());
         assert_eq!(
             stores.meta("Deployment", "team", "dev-tinycode"),
             Lookup::NotCached,

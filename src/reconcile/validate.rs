@@ -133,7 +133,18 @@ pub fn validate(
         labelled.extend(unprepared.iter().cloned());
         let cli = settings.platform.cli();
         let unlabelled = approval::discovery_namespaces(&requested, &ns, &labelled).1;
+        // Outside the watched namespace a label would change nothing, so
+        // asking a cluster-admin for one would mislead.
+        let (unwatched, unlabelled): (Vec<String>, Vec<String>) =
+            unlabelled.into_iter().partition(|other| !settings.watch_scope.covers(other));
         warnings.extend(unlabelled.iter().map(|other| approval::not_labelled_warning(cli, other)));
+        warnings.extend(unwatched.iter().map(|other| {
+            format!(
+                "discovery namespace {other} is not searched: the operator watches only {} ({})",
+                settings.watch_scope,
+                crate::watch_scope::FLAG
+            )
+        }));
         for other in unprepared.iter().filter(|u| requested.iter().any(|r| r == "*" || r == *u)) {
             warnings.push(format!(
                 "discovery namespace {other} is skipped: the operator is not prepared there (a cluster-admin prepares it with {})",

@@ -337,3 +337,22 @@ fn messages_name_the_platforms_cli() {
         assert!(!valid.warnings.is_empty());
     }
 }
+
+/// With one namespace watched, a discovery namespace outside it is not
+/// searched whatever its labels, and the warning says so instead of asking
+/// a cluster-admin for a label that would change nothing.
+#[test]
+fn discovery_outside_the_watched_namespace_is_named_as_such() {
+    let spec = serde_json::json!({"discovery": {"namespaces": ["models"]}});
+    let ns = instance(spec.clone()).metadata.namespace.unwrap();
+    let scoped = Settings { watch_scope: crate::watch_scope::WatchScope::Namespace(ns.clone()), ..Default::default() };
+    let valid = validate(&observed(), &instance(spec.clone()), &scoped, Vec::new()).unwrap();
+    assert_eq!(
+        valid.warnings,
+        [format!(
+            "discovery namespace models is not searched: the operator watches only namespace {ns} (--watch-namespaces (WATCH_NAMESPACE))"
+        )]
+    );
+    let valid = validate(&observed(), &instance(spec), &Settings::default(), Vec::new()).unwrap();
+    assert!(valid.warnings.iter().all(|w| w.contains("does not carry the label")), "{:?}", valid.warnings);
+}

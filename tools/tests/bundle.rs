@@ -90,10 +90,15 @@ fn csv_installs_the_manager_deployment_and_the_declared_permissions() {
     let install = &csv["spec"]["install"]["spec"];
     let deployment = &install["deployments"][0];
     assert_eq!(deployment["name"], manager["metadata"]["name"]);
-    // Same spec, less the fixed UID that OpenShift's restricted-v2 SCC refuses under OLM.
+    // Same spec, less the fixed UID that OpenShift's restricted-v2 SCC refuses
+    // under OLM, and watching the namespaces OLM targets instead of all.
     let mut expected = manager["spec"].clone();
     expected["template"]["spec"]["securityContext"].as_object_mut().unwrap().remove("runAsUser");
-    expected["template"]["spec"]["containers"][0]["securityContext"].as_object_mut().unwrap().remove("runAsUser");
+    let container = &mut expected["template"]["spec"]["containers"][0];
+    container["securityContext"].as_object_mut().unwrap().remove("runAsUser");
+    let watch = container["env"].as_array_mut().unwrap().iter_mut().find(|e| e["name"] == "WATCH_NAMESPACE").unwrap();
+    *watch = serde_json::json!({"name": "WATCH_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['olm.targetNamespaces']"}}});
     assert_eq!(deployment["spec"], expected);
     // The upgrade graph: this version replaces every earlier one.
     assert_eq!(
@@ -116,13 +121,16 @@ fn csv_installs_the_manager_deployment_and_the_declared_permissions() {
         .iter()
         .map(|m| (m["type"].as_str().unwrap().to_string(), m["supported"].as_bool().unwrap()))
         .collect();
+    // OwnNamespace would watch only the namespace that holds the release
+    // records, where instances are refused; several namespaces the operator
+    // refuses at start-up (docs/olm-bundle.md, Install modes).
     assert_eq!(
         modes,
         BTreeMap::from([
             ("AllNamespaces".to_string(), true),
             ("MultiNamespace".to_string(), false),
             ("OwnNamespace".to_string(), false),
-            ("SingleNamespace".to_string(), false),
+            ("SingleNamespace".to_string(), true),
         ])
     );
 

@@ -642,3 +642,73 @@ async fn run_basic_sample_with_the_manager_from_the_image(cluster: &Cluster, cli
     }
     panic!("the operator from the image did not finish deleting {name}:\n{}", manager.log_text());
 }
+
+/// Runs hack/install.sh against a stand-in kubectl that answers every check
+/// and records the manifests applied from standard input: what install.sh
+/// renders, without a cluster. The exit status, its output (stderr, then
+/// stdout) and that record.
+fn install_with_stand_in_kubectl(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let applied = dir.path().join("applied.yaml");
+    let kubectl = dir.path().join("kubectl");
+    std::fs::write(
+        &kubectl,
+        "#!/usr/bin/env bash\n\
+         case \"$1 $2\" in 'auth whoami') echo admin ;; 'auth can-i') echo yes ;; esac\n\
+         if [[ \" $* \" == *' -f - '* ]]; then cat >>\"$APPLIED\"; echo --- >>\"$APPLIED\"; fi\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubectl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new("bash")
+        .arg(root().join("hack/install.sh"))
+        .args(["--no-wait", "--image", "registry.example/platform/tinycode-operator:0.1.0"])
+        .args(args)
+        .env("KUBECTL", &kubectl)
+        .env("HELM", "true")
+        .env("KUBECONFIG", "/nonexistent")
+        .env("APPLIED", &applied)
+        .env_remove("WATCH_NAMESPACES")
+        .env_remove("OPERATOR_IMAGE")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let record = std::fs::read_to_string(&applied).unwrap_or_default();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    (out.status.success(), text, record)
+}
+
+/// WATCH_NAMESPACE of the manager Deployment install.sh applied.
+fn applied_watch_namespace(record: &str) -> Value {
+    let manager = serde_yaml::Deserializer::from_str(record)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|v| v["kind"] == "Deployment")
+        .expect("install.sh applied the manager Deployment");
+    let env = manager["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
+    env.into_iter().find(|e| e["name"] == "WATCH_NAMESPACE").unwrap()["value"].clone()
+}
+
+#[test]
+fn install_watches_all_namespaces_unless_told_one_without_touching_a_cluster() {
+    let (ok, err, record) = install_with_stand_in_kubectl(&[], &[]);
+    assert!(ok, "{err}");
+    assert_eq!(applied_watch_namespace(&record), "", "all namespaces by default");
+    assert!(err.contains("watching all namespaces"), "{err}");
+
+    let (ok, err, record) = install_with_stand_in_kubectl(&["--watch-namespaces", "team-a"], &[]);
+    assert!(ok, "{err}");
+    assert_eq!(applied_watch_namespace(&record), "team-a");
+    let (ok, err, record) = install_with_stand_in_kubectl(&[], &[("WATCH_NAMESPACES", " team-a, ")]);
+    assert!(ok, "{err}");
+    assert_eq!(applied_watch_namespace(&record), "team-a", "the variable, trimmed");
+    assert!(err.contains("hack/prepare-namespace.sh team-a"), "the next steps name it: {err}");
+
+    for (value, refusal) in [
+        ("team-a,team-b", "names several namespaces"),
+        ("Team_A", "is not a namespace name"),
+        ("tinycode-operator-system", "the operator's own namespace"),
+    ] {
+        let (ok, err, record) = install_with_stand_in_kubectl(&["--watch-namespaces", value], &[]);
+        assert!(!ok && err.contains(refusal), "{value}: {err}");
+        assert!(record.is_empty(), "{value}: refused before anything was applied");
+    }
+}

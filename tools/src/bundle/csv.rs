@@ -37,12 +37,7 @@ pub fn cluster_service_version() -> Value {
             ],
             "keywords": ["tinycode", "ai", "coding assistant", "llm", "vllm", "ollama", "developer tools"],
             "icon": [{"base64data": icon_base64(), "mediatype": "image/svg+xml"}],
-            "installModes": [
-                {"type": "OwnNamespace", "supported": false},
-                {"type": "SingleNamespace", "supported": false},
-                {"type": "MultiNamespace", "supported": false},
-                {"type": "AllNamespaces", "supported": true},
-            ],
+            "installModes": install_modes(),
             "customresourcedefinitions": {"owned": [owned_crd()]},
             "install": install_strategy(),
             "relatedImages": [
@@ -52,6 +47,25 @@ pub fn cluster_service_version() -> Value {
         },
     })
 }
+
+/// The OLM install modes the operator honours (docs/olm-bundle.md, Install
+/// modes). OwnNamespace is refused because the operator's own namespace holds
+/// every release record and refuses instances: an operator watching only it
+/// would refuse everything it sees. MultiNamespace is refused by the operator
+/// itself (`--watch-namespaces` takes one namespace): a kube-runtime
+/// reflector store cannot be fed by one watch per namespace.
+fn install_modes() -> Value {
+    json!([
+        {"type": "OwnNamespace", "supported": false},
+        {"type": "SingleNamespace", "supported": true},
+        {"type": "MultiNamespace", "supported": false},
+        {"type": "AllNamespaces", "supported": true},
+    ])
+}
+
+/// OLM's annotation on the operator's pod template listing the
+/// OperatorGroup's target namespaces (comma-separated; `""` for all).
+const TARGET_NAMESPACES_ANNOTATION: &str = "olm.targetNamespaces";
 
 /// The CSV's metadata: the annotations OperatorHub and the console show
 /// (alm-examples pre-fills the create form) and the supported platforms.
@@ -134,12 +148,17 @@ fn install_strategy() -> Value {
     })
 }
 
-/// The Deployment spec OLM installs: the manager's, without the fixed UID.
-/// On OpenShift a Deployment that OLM installs runs under the install
-/// namespace's restricted-v2 SCC, which assigns a UID from the namespace's
-/// range and rejects `runAsUser: 1001`; the image's USER is 1001 anyway, so
-/// plain Kubernetes still runs it as 1001, and the pod stays non-root
-/// either way (`runAsNonRoot`).
+/// The Deployment spec OLM installs: the manager's, with two changes.
+///
+/// No fixed UID: on OpenShift a Deployment that OLM installs runs under the
+/// install namespace's restricted-v2 SCC, which assigns a UID from the
+/// namespace's range and rejects `runAsUser: 1001`; the image's USER is 1001
+/// anyway, so plain Kubernetes still runs it as 1001, and the pod stays
+/// non-root either way (`runAsNonRoot`).
+///
+/// `WATCH_NAMESPACE` from the OperatorGroup: OLM sets its target namespaces
+/// on the pod template, so the install mode the cluster-admin chose is the
+/// one the operator runs in (`""`, AllNamespaces, watches every namespace).
 fn olm_deployment_spec() -> Value {
     let mut spec = manager_deployment()["spec"].clone();
     let pod = &mut spec["template"]["spec"];
@@ -150,6 +169,16 @@ fn olm_deployment_spec() -> Value {
         if let Some(sc) = c["securityContext"].as_object_mut() {
             sc.remove("runAsUser");
         }
+        let watch = c["env"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == "WATCH_NAMESPACE")
+            .expect("config/manager/manager.yaml sets WATCH_NAMESPACE on every container");
+        *watch = json!({
+            "name": "WATCH_NAMESPACE",
+            "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['{TARGET_NAMESPACES_ANNOTATION}']")}},
+        });
     }
     spec
 }
@@ -173,6 +202,13 @@ grant its spec needs.
    An instance in an unprepared namespace reports the exact commands in its status.
 3. The `tinycode-hostpath` and `tinycode-shell` tiers need the namespace approved:
    `oc label namespace tinycode-dev tinycode.dev/allow-hostpath=true` (or `tinycode.dev/allow-shell=true`).
+
+## Install modes
+
+All namespaces (the default), or a single namespace: install the operator into a namespace of its own (for example
+`tinycode-operator-system`) with an OperatorGroup that targets the namespace instances go into. \"Own namespace\" is
+not offered: the operator's namespace holds every instance's Helm release records and never runs instances. Nor is
+\"multiple namespaces\": the operator watches one namespace or all.
 
 ## Self-service
 

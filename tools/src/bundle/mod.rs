@@ -280,10 +280,23 @@ mod tests {
     }
 
     #[test]
-    fn only_all_namespaces_is_supported() {
+    fn all_namespaces_and_single_namespace_are_supported() {
         let csv = cluster_service_version();
-        for mode in csv["spec"]["installModes"].as_array().unwrap() {
-            assert_eq!(mode["supported"], mode["type"] == "AllNamespaces", "{mode}");
+        let supported: Vec<&str> = csv["spec"]["installModes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["supported"] == true)
+            .map(|m| m["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(supported, ["SingleNamespace", "AllNamespaces"]);
+        // What OLM targets is what the operator watches: every manager container
+        // reads its target namespaces from the pod template.
+        let pod = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"];
+        for c in pod["containers"].as_array().unwrap() {
+            let watch = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "WATCH_NAMESPACE").unwrap();
+            assert_eq!(watch["valueFrom"]["fieldRef"]["fieldPath"], "metadata.annotations['olm.targetNamespaces']");
+            assert!(watch.get("value").is_none(), "{watch}");
         }
     }
 

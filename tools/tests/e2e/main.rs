@@ -8,6 +8,7 @@
 
 mod harness;
 mod hostile;
+mod install_modes;
 mod kubernetes;
 mod lifecycle;
 mod requests;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use harness::*;
 use hostile::*;
+use install_modes::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -191,6 +193,7 @@ fn main() {
         a_reinstall_adopts_instances_whose_records_were_uninstalled,
         a_63_character_name_runs,
         storage_is_fixed_at_creation,
+        a_single_namespace_operator_leaves_other_namespaces_alone,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,
         k8s_basic_instance_gets_an_ingress,
