@@ -11,8 +11,9 @@
 #           the chart (with files/), passwd/group, /tmp
 #   final   scratch + that tree, UID 1001, read-only root (writes only to /tmp)
 #
-# amd64 and arm64 build (the loader and library paths are looked up per
-# architecture); the CSV's architecture labels name the two.
+# Architectures: amd64 arm64
+# (hack/image.sh looks the loader and library paths up per architecture; the
+# CSV's operatorframework.io/arch.* labels name exactly these.)
 
 ARG RUST_IMAGE=docker.io/library/rust:1-bookworm
 ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm

@@ -122,9 +122,9 @@ deploy-sample: ## Apply $(SAMPLE) to $(NAMESPACE) (prepare it first: make prepar
 		"$$k" apply -n "$(NAMESPACE)" -f "$(SAMPLE)"
 
 .PHONY: bundle
-bundle: ## Regenerate bundle/ (CSV, CRD, metadata, bundle.Dockerfile) from the code (tinycode-local bundle)
+bundle: ## Regenerate bundle/ from the code (tinycode-local bundle); IMAGE=... BUNDLE_DIR=target/bundle: a bundle naming your pushed image
 	cargo build --quiet -p tinycode-tools --bin tinycode-local
-	target/debug/tinycode-local bundle --out $(BUNDLE_DIR)
+	target/debug/tinycode-local bundle --out $(BUNDLE_DIR) $(if $(IMAGE),--image "$(IMAGE)")
 
 .PHONY: bundle-validate
 bundle-validate: ## Validate bundle/ with operator-framework's validators (built once from the Go module proxy)

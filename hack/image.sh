@@ -213,7 +213,7 @@ CONFIG_ARGS=(
 	--label name=tinycode-operator
 	--label summary="Installs and manages tinycode AI coding agent instances on OpenShift and Kubernetes"
 	--label io.k8s.display-name=tinycode-operator
-	--label io.openshift.tags=tinycode,operator,ai
+	--label "io.openshift.tags=tinycode,operator,ai"
 	--label org.opencontainers.image.title=tinycode-operator
 	--label org.opencontainers.image.licenses=MIT
 )

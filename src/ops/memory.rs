@@ -4,8 +4,9 @@
 //! glibc's malloc keeps the pages it grew into for a burst (the initial list
 //! of every watched object, a restart's resync of every instance) after they
 //! are freed. Trimming when no reconcile has run for a moment returns them
-//! (measured: docs/benchmarks.md, "Heap trimming"); musl's malloc (the
-//! container image) unmaps freed memory itself, and there this does nothing.
+//! (measured: docs/benchmarks.md, "Heap trimming"). The image ships
+//! Debian 12's glibc (docs/image.md), byte for byte the libc of the machine
+//! that measured it; on another libc this compiles to nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -360,6 +360,32 @@ where
     Ok(())
 }
 
+/// Plays the kubelet this control plane lacks: reports a Deployment's current
+/// generation as rolled out with all its replicas available.
+pub async fn mark_deployment_available(client: &Client, ns: &str, name: &str) -> Result<(), BoxError> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
+    let d = api.get(name).await?;
+    let replicas = d.spec.replicas.unwrap_or(1);
+    let status = json!({"status": {
+        "observedGeneration": d.metadata.generation, "replicas": replicas, "updatedReplicas": replicas,
+        "readyReplicas": replicas, "availableReplicas": replicas,
+        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                        "message": "played by the tests (no kubelet)"}]
+    }});
+    let pp = PatchParams { field_manager: Some("tinycode-test-kubelet".into()), ..Default::default() };
+    api.patch_status(name, &pp, &Patch::Merge(&status)).await?;
+    Ok(())
+}
+
+/// Plays the OpenShift router this control plane lacks: admits a Route under `host`.
+pub async fn admit_route(client: &Client, ns: &str, name: &str, host: &str) -> Result<(), BoxError> {
+    let api: Api<openshift::Route> = Api::namespaced(client.clone(), ns);
+    let status = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
+        "conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,30 +417,4 @@ mod tests {
         assert_eq!(resources(&all[0]), ["routes"]);
         assert_eq!(resources(&all[2]), ["routes"]);
     }
-}
-
-/// Plays the kubelet this control plane lacks: reports a Deployment's current
-/// generation as rolled out with all its replicas available.
-pub async fn mark_deployment_available(client: &Client, ns: &str, name: &str) -> Result<(), BoxError> {
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
-    let d = api.get(name).await?;
-    let replicas = d.spec.replicas.unwrap_or(1);
-    let status = json!({"status": {
-        "observedGeneration": d.metadata.generation, "replicas": replicas, "updatedReplicas": replicas,
-        "readyReplicas": replicas, "availableReplicas": replicas,
-        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                        "message": "played by the tests (no kubelet)"}]
-    }});
-    let pp = PatchParams { field_manager: Some("tinycode-test-kubelet".into()), ..Default::default() };
-    api.patch_status(name, &pp, &Patch::Merge(&status)).await?;
-    Ok(())
-}
-
-/// Plays the OpenShift router this control plane lacks: admits a Route under `host`.
-pub async fn admit_route(client: &Client, ns: &str, name: &str, host: &str) -> Result<(), BoxError> {
-    let api: Api<openshift::Route> = Api::namespaced(client.clone(), ns);
-    let status = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
-        "conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await?;
-    Ok(())
 }

@@ -226,3 +226,65 @@ fn the_validator_reports_a_broken_bundle() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("ERROR") && text.contains("TinycodeInstance"), "{text}");
 }
+
+#[test]
+fn bundle_names_the_given_image_and_never_another_projects() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    let image = "registry.example/platform/tinycode-operator:0.1.0";
+    let run = Command::new(env!("CARGO_BIN_EXE_tinycode-local"))
+        .args(["bundle", "--image", image, "--out"])
+        .arg(&out)
+        .output()
+        .expect("run tinycode-local");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let csv_path = out.join("manifests/tinycode-operator.clusterserviceversion.yaml");
+    let csv = &yaml_docs(&csv_path)[0];
+    assert_eq!(csv["metadata"]["annotations"]["containerImage"], image);
+    let deployment = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"];
+    assert_eq!(deployment["template"]["spec"]["containers"][0]["image"], image);
+    let related: Vec<&str> =
+        csv["spec"]["relatedImages"].as_array().unwrap().iter().map(|r| r["image"].as_str().unwrap()).collect();
+    assert!(related.contains(&image), "{related:?}");
+    assert!(related.iter().any(|r| r.contains("/ollama/ollama")), "the bundled Ollama is listed: {related:?}");
+    assert!(related.iter().any(|r| r.contains("tinycode-container")), "the tinycode image is listed: {related:?}");
+    for (file, text) in tree(&out) {
+        assert!(!text.contains("localhost/tinycode-operator"), "{file} still names the placeholder");
+    }
+
+    // The committed bundle names this project's placeholder at this version,
+    // never another project's operator image or a floating tag.
+    let committed =
+        std::fs::read_to_string(root().join("bundle/manifests/tinycode-operator.clusterserviceversion.yaml")).unwrap();
+    assert!(committed.contains(&format!("localhost/tinycode-operator:{}", env!("CARGO_PKG_VERSION"))));
+    assert!(!committed.contains("tinycode-operator:latest") && !committed.contains("bjohns/tinycode-operator"));
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_tinycode-local"))
+        .args(["bundle", "--image", "not an image", "--out"])
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--image"));
+}
+
+#[test]
+fn csv_architectures_are_what_the_dockerfile_builds() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let built: std::collections::BTreeSet<String> = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("# Architectures:"))
+        .expect("the Dockerfile's # Architectures: line")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let csv = &yaml_docs(&root().join("bundle/manifests/tinycode-operator.clusterserviceversion.yaml"))[0];
+    let labels: std::collections::BTreeSet<String> = csv["metadata"]["labels"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter_map(|k| k.strip_prefix("operatorframework.io/arch."))
+        .map(String::from)
+        .collect();
+    assert_eq!(labels, built);
+}

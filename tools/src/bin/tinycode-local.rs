@@ -54,6 +54,10 @@ enum Cmd {
         /// Bundle directory; its manifests/ and metadata/ are replaced.
         #[arg(long, default_value = "bundle")]
         out: PathBuf,
+        /// The operator image the CSV names (default: config/manager/manager.yaml's
+        /// placeholder, localhost/tinycode-operator:VERSION, which no node can pull).
+        #[arg(long)]
+        image: Option<String>,
     },
 }
 
@@ -77,7 +81,7 @@ async fn main() -> ExitCode {
             }
             simulate(&domain).await
         }
-        Cmd::Bundle { out } => return tinycode_tools::bundle::command(&out),
+        Cmd::Bundle { out, image } => return tinycode_tools::bundle::command(&out, image.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

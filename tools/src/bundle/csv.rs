@@ -40,9 +40,14 @@ pub fn cluster_service_version() -> Value {
             "installModes": install_modes(),
             "customresourcedefinitions": {"owned": [owned_crd()]},
             "install": install_strategy(),
+            // Every image an instance can run by default, for disconnected
+            // mirroring (oc adm catalog mirror reads this list). Tags, not
+            // digests: neither upstream publishes a digest this repository
+            // could pin and check here.
             "relatedImages": [
                 {"name": "tinycode-operator", "image": image},
                 {"name": "tinycode", "image": DEFAULT_IMAGE},
+                {"name": "ollama", "image": tinycode_operator::settings::Settings::default().ollama_image},
             ],
         },
     })
@@ -88,7 +93,9 @@ fn csv_metadata(version: &str, image: &str) -> Value {
             "support": "tinycode-operator maintainers",
         },
         "labels": {
+            // What the Dockerfile builds (its `# Architectures:` line; tools/tests/bundle.rs compares).
             "operatorframework.io/arch.amd64": "supported",
+            "operatorframework.io/arch.arm64": "supported",
             "operatorframework.io/os.linux": "supported",
         },
     })

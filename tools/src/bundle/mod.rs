@@ -191,8 +191,22 @@ pub fn files() -> Vec<BundleFile> {
     out
 }
 
-/// Writes the bundle under `out`, replacing `manifests/` and `metadata/`.
-pub fn write(out: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// Writes the bundle under `out`, replacing `manifests/` and `metadata/`;
+/// with `image`, the operator image it names instead of manager.yaml's
+/// placeholder (the image `make push` copied to a registry).
+pub fn write(out: &Path, image: Option<&str>) -> std::io::Result<Vec<PathBuf>> {
+    let placeholder = operator_image();
+    if let Some(image) = image {
+        let valid = !image.is_empty()
+            && image.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && image.chars().all(|c| c.is_ascii_alphanumeric() || "._/:@-".contains(c));
+        if !valid {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("--image '{image}' is not an image reference (registry/org/tinycode-operator:tag)"),
+            ));
+        }
+    }
     for dir in ["manifests", "metadata"] {
         let d = out.join(dir);
         if d.is_dir() {
@@ -205,15 +219,19 @@ pub fn write(out: &Path) -> std::io::Result<Vec<PathBuf>> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(&path, f.content)?;
+        let content = match image {
+            Some(image) => f.content.replace(&placeholder, image),
+            None => f.content,
+        };
+        std::fs::write(&path, content)?;
         written.push(path);
     }
     Ok(written)
 }
 
-/// `tinycode-local bundle --out DIR`.
-pub fn command(out: &Path) -> ExitCode {
-    match write(out) {
+/// `tinycode-local bundle --out DIR [--image IMAGE]`.
+pub fn command(out: &Path, image: Option<&str>) -> ExitCode {
+    match write(out, image) {
         Ok(paths) => {
             for p in paths {
                 eprintln!("wrote {}", p.display());
