@@ -20,11 +20,13 @@
 #                          (tag VERSION); prints the archive and the image digest
 #   push IMAGE             copy that archive to IMAGE with skopeo (no daemon)
 #   digest [ARCHIVE]       print the image (manifest) digest of an OCI archive
+#   crane                  print the path of crane (a registry for push's test)
 #
 # Environment: IMAGE_ARCHIVE (the archive build writes and push reads; default
 # target/image/tinycode-operator-VERSION.oci.tar), TINYCODE_CACHE_DIR (default
 # ~/.cache/tinycode-operator),
-# SOURCE_DATE_EPOCH (the images' timestamps; default 0), HELM (the helm binary
+# PUSH_TLS_VERIFY=false (push to a registry without TLS), SOURCE_DATE_EPOCH
+# (the images' timestamps; default 0), HELM (the helm binary
 # to ship; default the cached build hack/local-cluster.sh tools makes).
 #
 # Reproducible: every timestamp in the image is SOURCE_DATE_EPOCH, every file is
@@ -259,6 +261,20 @@ cmd_build() {
 	cmd_digest "$archive"
 }
 
+# A registry for the tests of `push` (crane's, in memory, on loopback), built
+# once from the Go module proxy and cached like the control plane's binaries.
+CRANE_VERSION=v0.22.1
+cmd_crane() {
+	local dir="${CACHE_DIR}/crane-${CRANE_VERSION}"
+	if [[ ! -x "${dir}/crane" ]]; then
+		log "building crane ${CRANE_VERSION} (once; cached in ${dir})"
+		mkdir -p "$dir"
+		GOBIN="$dir" go install "github.com/google/go-containerregistry/cmd/crane@${CRANE_VERSION}" >&2 ||
+			die "go install crane@${CRANE_VERSION} failed"
+	fi
+	printf '%s\n' "${dir}/crane"
+}
+
 cmd_digest() {
 	local archive=${1:-$(archive_path)}
 	[[ -f "$archive" ]] || die "no image archive at ${archive}: run make image"
@@ -272,8 +288,11 @@ cmd_push() {
 	archive=$(archive_path)
 	[[ -f "$archive" ]] || die "no image archive at ${archive}: run make image first"
 	cmd_tools
+	local tls=()
+	# A registry without TLS (a test registry on loopback) needs saying so.
+	[[ "${PUSH_TLS_VERIFY:-true}" == false ]] && tls=(--dest-tls-verify=false)
 	log "copying ${archive} to ${image}"
-	skopeo copy --quiet "oci-archive:${archive}" "docker://${image}" >&2 ||
+	skopeo copy --quiet "${tls[@]}" "oci-archive:${archive}" "docker://${image}" >&2 ||
 		die "pushing to ${image} failed (logged in? \`skopeo login ${image%%/*}\`)"
 	printf '%s\n' "$image"
 }
@@ -292,7 +311,8 @@ main() {
 	build) cmd_build ;;
 	push) cmd_push "$@" ;;
 	digest) cmd_digest "$@" ;;
-	*) die "usage: $0 tools|base|rootfs OUT LIBROOT BIN HELM|build|push IMAGE|digest [ARCHIVE]" ;;
+	crane) cmd_crane ;;
+	*) die "usage: $0 tools|base|rootfs OUT LIBROOT BIN HELM|build|push IMAGE|digest [ARCHIVE]|crane" ;;
 	esac
 }
 

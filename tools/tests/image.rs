@@ -333,3 +333,66 @@ mod toml_lock {
         }
     }
 }
+
+#[test]
+fn make_push_copies_the_archive_to_a_registry() {
+    let archive = archive();
+    let crane = image::run_ok(Command::new(repo_root().join("hack/image.sh")).arg("crane")).trim().to_string();
+    // A registry on loopback, in memory, gone with the test.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    struct Registry(std::process::Child);
+    impl Drop for Registry {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _registry = Registry(
+        Command::new(&crane)
+            .args(["registry", "serve", "--address", &address])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start crane registry serve"),
+    );
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(&address).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    // Without IMAGE: refused, naming it.
+    let refused = Command::new("make")
+        .arg("-s")
+        .arg("push")
+        .current_dir(repo_root())
+        .env_remove("IMAGE")
+        .env_remove("OPERATOR_IMAGE")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "make push without IMAGE must fail");
+    assert!(output_text(&refused).contains("IMAGE="), "{}", output_text(&refused));
+
+    let target = format!("{address}/platform/tinycode-operator:{VERSION}");
+    let out = Command::new("make")
+        .args(["-s", "push", &format!("IMAGE={target}")])
+        .current_dir(repo_root())
+        .env("PUSH_TLS_VERIFY", "false")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "make push:\n{}", output_text(&out));
+    let pushed = image::run_ok(
+        Command::new("skopeo").args(["inspect", "--raw", "--tls-verify=false"]).arg(format!("docker://{target}")),
+    );
+    use std::io::Write;
+    let mut sha = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    sha.stdin.take().unwrap().write_all(pushed.as_bytes()).unwrap();
+    let sum = String::from_utf8(sha.wait_with_output().unwrap().stdout).unwrap();
+    assert_eq!(format!("sha256:{}", &sum[..64]), image::digest(&archive), "the registry holds the archive's image");
+}

@@ -283,7 +283,7 @@ impl Env {
         devcluster::install_openshift_apis(&client, crds.as_deref()).await.ctx("install OpenShift APIs")?;
         // The operator is installed as a cluster-admin would: by hack/install.sh,
         // so every scenario runs under exactly the RBAC that script applies.
-        run_script(&kubectl, &admin_kubeconfig, "install.sh", &["--no-wait"])?;
+        run_script(&kubectl, &admin_kubeconfig, "install.sh", &["--no-wait", "--image", LOCAL_IMAGE])?;
         devcluster::aggregate_cluster_roles(&client).await.ctx("aggregate cluster roles")?;
         let operator_kubeconfig = work.path().join("operator.kubeconfig");
         devcluster::write_operator_kubeconfig(&client, &admin_kubeconfig, &operator_kubeconfig)
@@ -524,6 +524,10 @@ pub fn e2e_reader_role() -> &'static str {
 }
 
 /// Runs one of the hack/ scripts as the cluster admin; its output on failure.
+/// The image `make image` builds: what the manager Deployment names (the
+/// scenarios run the operator binary itself; tools/tests/install.rs runs the image).
+pub const LOCAL_IMAGE: &str = concat!("localhost/tinycode-operator:", env!("CARGO_PKG_VERSION"));
+
 pub fn run_script(kubectl: &Path, kubeconfig: &Path, script: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new("bash")
         .arg(repo_root().join("hack").join(script))

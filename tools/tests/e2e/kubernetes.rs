@@ -54,7 +54,7 @@ pub async fn k8s_platform_is_detected_without_openshift_apis(env: &mut Env) -> T
     })
     .await?;
     // hack/install.sh works on such a cluster too (it skips the SCCs, says so, and installs the rest).
-    run_script(&env.kubectl, &env.admin_kubeconfig, "install.sh", &["--no-wait"])?;
+    run_script(&env.kubectl, &env.admin_kubeconfig, "install.sh", &["--no-wait", "--image", LOCAL_IMAGE])?;
     env.start_operator()?;
     let (code, metrics) = metrics_get(env).await?;
     ensure_eq(code, 200, "/metrics")?;
