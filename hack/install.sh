@@ -163,7 +163,7 @@ install_namespace() {
 install_rbac() {
 	local f
 	for f in service_account.yaml role.yaml role_binding.yaml leader_election_role.yaml \
-		leader_election_role_binding.yaml manager_scc_role_binding.yaml user_role.yaml discovery_role.yaml; do
+		leader_election_role_binding.yaml manager_scc_role_binding.yaml user_role.yaml discovery_role.yaml access_reviewer_role.yaml; do
 		apply_file "${REPO_ROOT}/config/rbac/${f}"
 	done
 }

@@ -116,7 +116,7 @@ remove_manager() {
 
 remove_rbac() {
 	local f
-	for f in discovery_role.yaml user_role.yaml manager_scc_role_binding.yaml leader_election_role_binding.yaml \
+	for f in access_reviewer_role.yaml discovery_role.yaml user_role.yaml manager_scc_role_binding.yaml leader_election_role_binding.yaml \
 		leader_election_role.yaml role_binding.yaml role.yaml service_account.yaml; do
 		delete_file "${REPO_ROOT}/config/rbac/${f}"
 	done

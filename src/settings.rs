@@ -61,6 +61,54 @@ pub struct Settings {
     pub leading_since: std::time::Instant,
     /// The namespaces the operator watches (`--watch-namespaces`; set by `run`).
     pub watch_scope: crate::watch_scope::WatchScope,
+    /// Sign-in: proxies, gate and the OpenID Connect provider.
+    pub signin: SigninSettings,
+}
+
+/// The gate's image unless told otherwise: the operator image `make image`
+/// builds (install.sh and the bundle name the installed one).
+pub const DEFAULT_GATE_IMAGE: &str = concat!("localhost/tinycode-operator:", env!("CARGO_PKG_VERSION"));
+/// Service (in the operator's namespace) in front of the sign-in relay.
+pub const OIDC_RELAY_SERVICE: &str = "tinycode-operator-oidc-relay";
+
+/// What sign-in pods run, and the provider oidc instances use.
+#[derive(Clone, Debug)]
+pub struct SigninSettings {
+    /// Unset: auth.mode oidc is refused (`SignInNotConfigured`).
+    pub oidc: Option<OidcSettings>,
+    pub oauth2_proxy_image: String,
+    pub openshift_oauth_proxy_image: String,
+    pub gate_image: String,
+    /// How long the gate keeps an access decision.
+    pub access_cache: Duration,
+}
+
+impl Default for SigninSettings {
+    fn default() -> Self {
+        Self {
+            oidc: None,
+            oauth2_proxy_image: "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6".into(),
+            openshift_oauth_proxy_image: "quay.io/openshift/origin-oauth-proxy:4.16".into(),
+            gate_image: DEFAULT_GATE_IMAGE.into(),
+            access_cache: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The cluster-admin's OpenID Connect provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OidcSettings {
+    pub issuer_url: String,
+    pub client_id: String,
+    /// Read by the relay only; never rendered.
+    pub client_secret_file: PathBuf,
+    pub scopes: String,
+    pub username_claim: String,
+    pub username_prefix: String,
+    pub groups_claim: String,
+    pub groups_prefix: String,
+    /// Where instance pods reach the relay (no trailing slash).
+    pub relay_url: String,
 }
 
 impl Default for Settings {
@@ -90,6 +138,7 @@ impl Default for Settings {
             lease_duration: crate::ops::leader::Timings::default().lease_duration,
             leading_since: std::time::Instant::now(),
             watch_scope: crate::watch_scope::WatchScope::All,
+            signin: SigninSettings::default(),
         }
     }
 }

@@ -35,6 +35,7 @@ fn operator_namespace_role_and_discovery_role_match_the_declarations() {
         "config/rbac/leader_election_role.yaml",
     );
     check(&["rbac", "--discovery"], "config/rbac/discovery_role.yaml");
+    check(&["rbac", "--access-reviewer"], "config/rbac/access_reviewer_role.yaml");
 }
 
 #[test]

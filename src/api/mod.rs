@@ -74,6 +74,7 @@ pub const MAX_NAME_LEN: usize = 63;
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "URL", type_ = "string", json_path = ".status.url"),
+    printcolumn(name = "Auth", type_ = "string", json_path = ".status.auth.mode"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63")
         .message("metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at most 63 characters (it is a label value; the names derived from it are shortened to fit)")
@@ -88,6 +89,8 @@ pub const MAX_NAME_LEN: usize = 63;
         .message("spec.replicas > 1 needs a shared workspace: set spec.storage.projectsAccessMode to ReadWriteMany or use spec.storage.hostPath"),
     validation = Rule::new("!has(self.vllm) || self.vllm.all(p, self.vllm.exists_one(q, q.name == p.name))")
         .message("spec.vllm[].name must be unique: give each vLLM provider its own name"),
+    validation = Rule::new("!has(self.auth) || !has(self.auth.mode) || self.auth.mode == 'password' || !has(self.tlsTermination) || self.tlsTermination == 'edge'")
+        .message("spec.auth.mode openshift and oidc need spec.tlsTermination edge: the sign-in proxy serves plain HTTP behind the router; set tlsTermination to edge or use auth.mode password"),
     validation = Rule::new("!(has(self.ollama) && self.ollama.enabled && has(self.ollama.host))")
         .message("spec.ollama.host points at an external Ollama and spec.ollama.enabled deploys one: set only one of them"),
 )]

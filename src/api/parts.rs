@@ -175,12 +175,49 @@ pub struct Ollama {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Auth {
+    /// Who may open the UI: `password` (one shared password, the default),
+    /// `openshift` (sign in with the cluster's OAuth server) or `oidc` (sign in
+    /// with the OpenID Connect provider the cluster-admin configured for the
+    /// operator). In both sign-in modes a user also needs the RBAC verb `use`
+    /// on `tinycodeinstances/<name>` in the instance's namespace.
+    #[serde(default)]
+    pub mode: AuthMode,
     /// Secret (in the instance namespace) holding the UI password under key
     /// TINYCODE_SERVER_PASSWORD. Unset: the operator generates a password into
-    /// Secret <name>-tinycode-password (status.passwordSecret names it).
+    /// Secret <name>-tinycode-password (status.passwordSecret names it). In the
+    /// sign-in modes users never see it: the authorization gate in the pod
+    /// presents it to the tinycode server for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub password_secret: Option<String>,
+}
+
+/// How users reach an instance's UI.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, Hash, strum::IntoStaticStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum AuthMode {
+    /// One shared password (Secret `spec.auth.passwordSecret` or the generated one).
+    #[default]
+    Password,
+    /// The cluster's OAuth server (OpenShift only), through OpenShift's oauth-proxy.
+    Openshift,
+    /// The operator's OpenID Connect provider, through oauth2-proxy.
+    Oidc,
+}
+
+impl AuthMode {
+    /// The mode as the spec spells it.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// A sign-in mode: a proxy and an authorization gate front the UI.
+    pub fn signs_in(self) -> bool {
+        self != AuthMode::Password
+    }
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

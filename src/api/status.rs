@@ -38,6 +38,35 @@ pub struct TinycodeInstanceStatus {
     /// new leader honours the retry budget instead of starting it over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm_failures: Option<HelmFailures>,
+    /// Who may open the UI (spec.auth.mode as applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthStatus>,
+}
+
+/// How the UI is protected, and who is let in.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthStatus {
+    /// password, openshift or oidc.
+    pub mode: String,
+    /// Who gets in, in words: the password Secret's readers, or the users
+    /// allowed the RBAC verb below.
+    pub allowed: String,
+    /// Sign-in modes: the RBAC check made for every user (verb `use` on
+    /// `tinycodeinstances/<name>` in the instance's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessCheck>,
+}
+
+/// The SubjectAccessReview attributes a signed-in user must be allowed.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessCheck {
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub name: String,
+    pub namespace: String,
 }
 
 /// Helm failures of one attempt (a rendering and a reconcile request).

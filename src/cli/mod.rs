@@ -64,6 +64,9 @@ pub enum Command {
         /// Print the tinycode-discovery ClusterRole (bound per discovery namespace) instead.
         #[arg(long, conflicts_with = "leader_election_namespace")]
         discovery: bool,
+        /// Print the tinycode-access-reviewer ClusterRole (bound per auth.mode oidc instance) instead.
+        #[arg(long, conflicts_with_all = ["leader_election_namespace", "discovery"])]
+        access_reviewer: bool,
     },
     /// Print the version.
     Version,
@@ -158,6 +161,120 @@ pub struct SettingsArgs {
     /// Re-check delay for instances blocked on something outside their spec.
     #[arg(long, global = true, env = "TINYCODE_BLOCKED_REQUEUE_SECONDS", default_value_t = 30)]
     pub blocked_requeue_seconds: u64,
+    #[command(flatten)]
+    pub signin: SigninArgs,
+}
+
+/// Sign-in (`spec.auth.mode` openshift and oidc): the proxies, the gate and the
+/// OpenID Connect provider the cluster-admin configures once for every instance.
+#[derive(Args, Debug, Clone)]
+pub struct SigninArgs {
+    /// Issuer URL of the OpenID Connect provider instances in auth.mode oidc sign
+    /// in with (its /.well-known/openid-configuration is read by the operator);
+    /// empty: oidc instances are refused.
+    #[arg(long, global = true, env = "TINYCODE_OIDC_ISSUER_URL")]
+    pub oidc_issuer_url: Option<String>,
+    /// Client id registered with that provider for the operator (every instance uses it).
+    #[arg(long, global = true, env = "TINYCODE_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// File holding the client secret (manager.yaml mounts Secret
+    /// tinycode-operator-oidc, key client-secret, of the operator's namespace
+    /// here). It never leaves the operator: instance pods redeem sign-in codes
+    /// through the operator's relay with a per-instance credential.
+    #[arg(
+        long,
+        global = true,
+        env = "TINYCODE_OIDC_CLIENT_SECRET_FILE",
+        default_value = "/etc/tinycode-operator/oidc/client-secret"
+    )]
+    pub oidc_client_secret_file: PathBuf,
+    /// Scopes asked at sign-in (space-separated).
+    #[arg(long, global = true, env = "TINYCODE_OIDC_SCOPES", default_value = "openid email profile groups")]
+    pub oidc_scopes: String,
+    /// ID-token claim naming the user, as the cluster's apiserver maps OIDC users
+    /// (its --oidc-username-claim), so RoleBindings name the same user.
+    #[arg(long, global = true, env = "TINYCODE_OIDC_USERNAME_CLAIM", default_value = "email")]
+    pub oidc_username_claim: String,
+    /// Prefix the cluster puts before OIDC user names (its --oidc-username-prefix).
+    #[arg(long, global = true, env = "TINYCODE_OIDC_USERNAME_PREFIX")]
+    pub oidc_username_prefix: Option<String>,
+    /// ID-token claim listing the user's groups (the apiserver's --oidc-groups-claim).
+    #[arg(long, global = true, env = "TINYCODE_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// Prefix the cluster puts before OIDC group names (its --oidc-groups-prefix).
+    #[arg(long, global = true, env = "TINYCODE_OIDC_GROUPS_PREFIX")]
+    pub oidc_groups_prefix: Option<String>,
+    /// Base URL at which instance pods reach the operator's sign-in relay
+    /// [default: http://tinycode-operator-oidc-relay.<operator namespace>.svc:8484].
+    #[arg(long, global = true, env = "TINYCODE_OIDC_RELAY_URL")]
+    pub oidc_relay_url: Option<String>,
+    /// oauth2-proxy image (auth.mode oidc).
+    #[arg(
+        long,
+        global = true,
+        env = "TINYCODE_OAUTH2_PROXY_IMAGE",
+        default_value = "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6"
+    )]
+    pub oauth2_proxy_image: String,
+    /// OpenShift's oauth-proxy image (auth.mode openshift).
+    #[arg(
+        long,
+        global = true,
+        env = "TINYCODE_OPENSHIFT_OAUTH_PROXY_IMAGE",
+        default_value = "quay.io/openshift/origin-oauth-proxy:4.16"
+    )]
+    pub openshift_oauth_proxy_image: String,
+    /// Image of the authorization gate in sign-in pods: the operator's own image
+    /// (`tinycode-operator gate`); make install sets it to the installed image.
+    #[arg(long, global = true, env = "TINYCODE_GATE_IMAGE", default_value = crate::settings::DEFAULT_GATE_IMAGE)]
+    pub gate_image: String,
+    /// Seconds the gate keeps an access decision: a removed RoleBinding takes
+    /// effect within this time (at most 60).
+    #[arg(long, global = true, env = "TINYCODE_ACCESS_CACHE_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub access_cache_seconds: u64,
+}
+
+impl SigninArgs {
+    fn to_settings(&self, operator_namespace: &str) -> Result<crate::settings::SigninSettings, String> {
+        let given = |v: &Option<String>| v.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_string);
+        let oidc = if let Some(issuer) = given(&self.oidc_issuer_url) {
+            let issuer = issuer.trim_end_matches('/').to_string();
+            if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+                return Err(format!("--oidc-issuer-url {issuer:?} must be an http(s) URL"));
+            }
+            let Some(client_id) = given(&self.oidc_client_id) else {
+                return Err("--oidc-client-id is required with --oidc-issuer-url".into());
+            };
+            Some(crate::settings::OidcSettings {
+                issuer_url: issuer,
+                client_id,
+                client_secret_file: self.oidc_client_secret_file.clone(),
+                scopes: self.oidc_scopes.split_whitespace().collect::<Vec<_>>().join(" "),
+                username_claim: self.oidc_username_claim.clone(),
+                username_prefix: self.oidc_username_prefix.clone().unwrap_or_default(),
+                groups_claim: self.oidc_groups_claim.clone(),
+                groups_prefix: self.oidc_groups_prefix.clone().unwrap_or_default(),
+                relay_url: self
+                    .oidc_relay_url
+                    .clone()
+                    .filter(|u| !u.trim().is_empty())
+                    .map(|u| u.trim().trim_end_matches('/').to_string())
+                    .unwrap_or_else(|| {
+                        format!("http://{}.{operator_namespace}.svc:8484", crate::settings::OIDC_RELAY_SERVICE)
+                    }),
+            })
+        } else {
+            None
+        };
+        Ok(crate::settings::SigninSettings {
+            oidc,
+            oauth2_proxy_image: self.oauth2_proxy_image.clone(),
+            openshift_oauth_proxy_image: self.openshift_oauth_proxy_image.clone(),
+            gate_image: self.gate_image.clone(),
+            access_cache: Duration::from_secs(self.access_cache_seconds),
+        })
+    }
 }
 
 /// Settings of the controller only (global like [`SettingsArgs`], so `run --help` lists them).
@@ -191,6 +308,11 @@ pub struct RunArgs {
     /// Address of /metrics.
     #[arg(long, global = true, env = "TINYCODE_METRICS_ADDR", default_value = "0.0.0.0:8383")]
     pub metrics_addr: std::net::SocketAddr,
+    /// Address of the sign-in relay (POST /oidc/token/...), served when
+    /// --oidc-issuer-url is set: oidc instances' proxies redeem sign-in codes
+    /// there, and the operator adds the client secret they never hold.
+    #[arg(long, global = true, env = "TINYCODE_OIDC_RELAY_ADDR", default_value = "0.0.0.0:8484")]
+    pub oidc_relay_addr: std::net::SocketAddr,
     /// Who may read /metrics: rbac, a caller whose bearer token a TokenReview
     /// authenticates and a SubjectAccessReview allows `get` on the non-resource
     /// URL /metrics; none, anyone who reaches the port (local development only).
@@ -341,6 +463,7 @@ impl SettingsArgs {
             leading_since: std::time::Instant::now(),
             // A `run` flag: `run` sets it, other commands watch nothing.
             watch_scope: WatchScope::All,
+            signin: self.signin.to_settings(&self.operator_namespace)?,
         })
     }
 }
@@ -374,6 +497,9 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::OpenshiftCrds => print_yaml(
             &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
         ),
+        Command::Rbac { access_reviewer: true, .. } => {
+            print_yaml(&[crate::platform::rbac::access_reviewer_cluster_role_manifest()])
+        }
         Command::Rbac { discovery: true, .. } => {
             print_yaml(&[crate::platform::rbac::discovery_cluster_role_manifest()])
         }

@@ -60,6 +60,28 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone(), gate)
         .await
         .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
+    if let Some(oidc) = settings.signin.oidc.clone() {
+        let relay = crate::ops::oidc::Relay {
+            provider: crate::ops::oidc::Provider::new(oidc),
+            instances: Arc::new(crate::ops::oidc::KubeInstances {
+                client: client.clone(),
+                scope: settings.watch_scope.clone(),
+            }),
+        };
+        let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
+            .await
+            .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;
+        tracing::info!(addr = %args.oidc_relay_addr, issuer = %relay.provider.settings().issuer_url, "OIDC sign-in relay");
+        tokio::spawn(crate::ops::http_server::serve(
+            listener,
+            crate::ops::oidc::relay_router(relay),
+            crate::ops::http_server::Limits {
+                max_connections: 256,
+                max_connections_per_peer: 16,
+                ..Default::default()
+            },
+        ));
+    }
     // One shutdown signal for everything: SIGTERM/SIGINT, or a changed platform.
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);

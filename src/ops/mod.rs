@@ -7,3 +7,4 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod metrics_auth;
+pub mod oidc;

@@ -37,6 +37,13 @@ pub async fn execute(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Res
     if let Some(secret) = &plan.password_secret {
         create_password(ctx, inst, secret).await?;
     }
+    if let Some(secret) = &plan.signin_secret {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        secrets
+            .patch(&secret.name_any(), &apply_params(), &Patch::Apply(secret))
+            .await
+            .during("apply the sign-in Secret")?;
+    }
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
     if let Some(grant) = &plan.grant {
         bindings.patch(&grant.name_any(), &apply_params(), &Patch::Apply(grant)).await.during("apply the SCC grant")?;

@@ -85,6 +85,8 @@ pub struct Context {
     pub written: written::WrittenStatuses,
     /// Instances whose finalizer this process removed.
     finalized: written::Finalized,
+    /// The OpenID Connect provider of auth.mode oidc, when configured.
+    pub oidc: Option<Arc<crate::ops::oidc::Provider>>,
 }
 
 impl Context {
@@ -95,7 +97,9 @@ impl Context {
         let recorder = Recorder::new(client.clone(), reporter.clone());
         let prober = vllm::Prober::new(settings.probes.clone());
         let retries = Mutex::new(RetryBudget::new(settings.max_retries));
+        let oidc = settings.signin.oidc.clone().map(crate::ops::oidc::Provider::new);
         Self {
+            oidc,
             client,
             settings,
             helm,

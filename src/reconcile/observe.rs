@@ -52,6 +52,8 @@ pub struct Observed {
     pub fresh_password: Option<String>,
     pub git_credentials: Option<SecretFacts>,
     pub kubeconfig: Option<KubeconfigFacts>,
+    /// Sign-in modes: the sign-in Secret and, for oidc, the provider.
+    pub signin: Option<SigninFacts>,
     pub release: ReleaseFacts,
     pub deployment: Option<Arc<Deployment>>,
     /// SCC grants present, by name.
@@ -86,6 +88,24 @@ impl Observed {
             ..Default::default()
         }
     }
+}
+
+/// What a sign-in instance needs besides its spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SigninFacts {
+    /// The sign-in Secret's data now (None: it does not exist).
+    pub current: Option<BTreeMap<String, String>>,
+    /// A fresh cookie secret, drawn when the Secret keeps no usable one.
+    pub fresh_cookie: Option<String>,
+    /// oidc: the instance's relay credential, or why it cannot be made.
+    pub relay_credential: Option<Result<String, String>>,
+    /// oidc: the provider's endpoints, or why they could not be read.
+    pub endpoints: Option<Result<crate::render::signin::OidcEndpoints, String>>,
+}
+
+/// A cookie secret oauth2-proxy and oauth-proxy accept: 32 characters (an AES-256 key).
+pub fn usable_cookie_secret(value: &str) -> bool {
+    value.len() == 32 && value.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// A Secret the instance names: its keys and a digest of its content (never the values).
@@ -212,7 +232,46 @@ async fn secrets(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) -> Re
     if spec.cluster_admin.enabled {
         o.kubeconfig = Some(kubeconfig(ctx, inst, &ns).await?);
     }
+    if spec.auth.mode.signs_in() {
+        o.signin = Some(signin_facts(ctx, &api, &ns, &name, spec.auth.mode).await?);
+    }
     Ok(())
+}
+
+/// The sign-in Secret's data (read live, like every Secret), a fresh cookie
+/// secret when it keeps none, and for oidc the provider's side.
+async fn signin_facts(
+    ctx: &Context,
+    api: &Api<Secret>,
+    ns: &str,
+    name: &str,
+    mode: crate::api::AuthMode,
+) -> Result<SigninFacts, Error> {
+    use crate::render::signin::COOKIE_SECRET_KEY;
+    let secret = api.get_opt(&naming::signin_secret(name)).await.during("read the sign-in Secret")?;
+    let current = secret.map(|s| {
+        s.data
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
+            .collect::<BTreeMap<_, _>>()
+    });
+    let kept = current.as_ref().and_then(|c| c.get(COOKIE_SECRET_KEY)).is_some_and(|c| usable_cookie_secret(c));
+    let fresh_cookie = if kept {
+        None
+    } else {
+        Some(
+            crate::render::secret::random_password(32)
+                .map_err(|e| Error::blocked(crate::reconcile::reason::Blocked::PasswordGenerationFailed, e))?,
+        )
+    };
+    let (relay_credential, endpoints) = match (mode, ctx.oidc.as_ref()) {
+        (crate::api::AuthMode::Oidc, Some(provider)) => {
+            (Some(provider.relay_credential(ns, name)), Some(provider.endpoints().await))
+        }
+        _ => (None, None),
+    };
+    Ok(SigninFacts { current, fresh_cookie, relay_credential, endpoints })
 }
 
 /// Splits discovery namespaces into those prepared for the operator (the

@@ -42,6 +42,8 @@ pub struct Plan {
     pub tier: SccTier,
     /// The generated password Secret, the first time.
     pub password_secret: Option<Secret>,
+    /// Sign-in modes: the sign-in Secret, when missing or out of date.
+    pub signin_secret: Option<Secret>,
     /// The SCC grant, when missing or changed (OpenShift).
     pub grant: Option<RoleBinding>,
     /// Grants of other tiers, left from a tier change.
@@ -190,6 +192,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
         } else {
             values::sha256_hex(mounted.join("\n").as_bytes())
         },
+        oidc_endpoints: valid.signin.as_ref().and_then(|s| s.endpoints.clone()),
     };
     let config_json = config::generate(spec, &vllm::served_by_name(&observed.providers));
     let instance = InstanceRef { name, namespace: ns, uid: &valid.uid };
@@ -207,6 +210,11 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
             .generate_password
             .as_ref()
             .map(|(secret, pw)| password_secret(secret, pw, ns, name, &owner)),
+        signin_secret: valid
+            .signin
+            .as_ref()
+            .filter(|s| s.write)
+            .map(|s| signin_secret(&s.secret, &s.data, ns, name, &owner)),
         grant: grant(valid, observed, settings, &owner),
         stale_grants: stale_grants(valid, observed),
         replace_cluster_role_binding: valid
@@ -340,6 +348,30 @@ fn password_secret(secret: &str, password: &str, ns: &str, name: &str, owner: &O
         },
         type_: Some("Opaque".into()),
         string_data: Some(BTreeMap::from([(PASSWORD_KEY.to_string(), password.to_string())])),
+        ..Default::default()
+    }
+}
+
+/// The sign-in Secret, applied whole (server-side apply drops a key the
+/// operator no longer writes, such as the relay credential of a former oidc
+/// instance).
+fn signin_secret(
+    secret: &str,
+    data: &BTreeMap<String, String>,
+    ns: &str,
+    name: &str,
+    owner: &OwnerReference,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(secret.into()),
+            namespace: Some(ns.into()),
+            labels: Some(naming::instance_labels(name, "auth")),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(data.iter().map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.clone().into_bytes()))).collect()),
         ..Default::default()
     }
 }

@@ -42,6 +42,12 @@ pub fn applied(
         last_handled_reconcile_at: plan.request.clone().or(prev.last_handled_reconcile_at),
         // Applied: whatever failed before is behind it.
         helm_failures: None,
+        auth: Some(crate::render::signin::status(
+            plan.values.auth.mode,
+            &plan.values.instance.namespace,
+            &plan.values.instance.name,
+            &plan.values.auth.password_secret,
+        )),
     }
 }
 

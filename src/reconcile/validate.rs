@@ -9,7 +9,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
-use crate::api::{TinycodeInstance, TinycodeInstanceSpec};
+use crate::api::{AuthMode, TinycodeInstance, TinycodeInstanceSpec};
 use crate::platform::scc::SccTier;
 use crate::platform::{self, Platform};
 use crate::reconcile::conditions::{self, Desired};
@@ -48,6 +48,20 @@ pub struct ValidInstance {
     pub warnings: Vec<String>,
     /// Offline only: what would need a cluster-admin's approval.
     pub pending_approvals: Vec<String>,
+    /// Sign-in modes: the sign-in Secret and the provider's endpoints.
+    pub signin: Option<Signin>,
+}
+
+/// What a sign-in instance gets besides its chart values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Signin {
+    /// The sign-in Secret's name and data as it must be.
+    pub secret: String,
+    pub data: std::collections::BTreeMap<String, String>,
+    /// The Secret must be written (missing, or its relay credential changed).
+    pub write: bool,
+    /// oidc: the provider's endpoints.
+    pub endpoints: Option<crate::render::signin::OidcEndpoints>,
 }
 
 /// The reconcile-request annotation ([`conditions::RECONCILE_REQUEST_ANNOTATION`]).
@@ -154,6 +168,7 @@ pub fn validate(
     }
     let mut mounted = Vec::new();
     let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
+    let signin = signin(observed, spec, settings, &name, &mut mounted)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     let (kubeconfig_copy, cluster_admin_condition) = match &observed.kubeconfig {
         Some(facts) if spec.cluster_admin.enabled => {
@@ -181,6 +196,7 @@ pub fn validate(
         cluster_admin_condition,
         warnings,
         pending_approvals: Vec::new(),
+        signin,
     })
 }
 
@@ -197,8 +213,10 @@ fn offline(
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     let mut mounted = Vec::new();
     let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
+    let signin = offline_signin(inst, settings)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     Ok(ValidInstance {
+        signin,
         uid: inst.metadata.uid.clone().unwrap_or_default(),
         spec: inst.spec.clone(),
         owner: owner_reference(inst),
@@ -215,6 +233,93 @@ fn offline(
         cluster_admin_condition: None,
         warnings,
     })
+}
+
+/// Whether the platform and the operator offer the instance's sign-in mode.
+fn signin_offered(spec: &TinycodeInstanceSpec, settings: &Settings) -> Result<(), Invalid> {
+    match spec.auth.mode {
+        AuthMode::Password => Ok(()),
+        AuthMode::Openshift if !settings.platform.routes => Err(blocked(
+            Blocked::SignInUnsupported,
+            "spec.auth.mode openshift signs users in with OpenShift's OAuth server, which this cluster (plain Kubernetes) does not have; use auth.mode oidc (once a cluster-admin configures the operator's OpenID Connect provider) or password",
+        )),
+        AuthMode::Openshift => Ok(()),
+        AuthMode::Oidc if settings.signin.oidc.is_none() => Err(blocked(
+            Blocked::SignInNotConfigured,
+            "spec.auth.mode oidc needs the operator's OpenID Connect provider, and none is configured; a cluster-admin sets --oidc-issuer-url and --oidc-client-id and the client secret (README, Sign-in); meanwhile use auth.mode password",
+        )),
+        AuthMode::Oidc => Ok(()),
+    }
+}
+
+/// The sign-in Secret as it must be (its cookie secret kept once drawn, the
+/// relay credential current) and the provider's endpoints.
+fn signin(
+    observed: &Observed,
+    spec: &TinycodeInstanceSpec,
+    settings: &Settings,
+    name: &str,
+    mounted: &mut Vec<String>,
+) -> Result<Option<Signin>, Invalid> {
+    use crate::render::signin::{COOKIE_SECRET_KEY, RELAY_CREDENTIAL_KEY};
+    signin_offered(spec, settings)?;
+    if !spec.auth.mode.signs_in() {
+        return Ok(None);
+    }
+    let facts = observed.signin.clone().unwrap_or_default();
+    let unavailable = |e: &String| blocked(Blocked::SignInUnavailable, format!("sign-in cannot be set up: {e}"));
+    let endpoints = match &facts.endpoints {
+        Some(Ok(e)) => Some(e.clone()),
+        Some(Err(e)) => return Err(unavailable(e)),
+        None => None,
+    };
+    let cookie = match (&facts.current, &facts.fresh_cookie) {
+        (_, Some(fresh)) => fresh.clone(),
+        (Some(current), None) => current.get(COOKIE_SECRET_KEY).cloned().unwrap_or_default(),
+        (None, None) => return Err(blocked(Blocked::PasswordGenerationFailed, "no cookie secret was drawn")),
+    };
+    let mut data = std::collections::BTreeMap::from([(COOKIE_SECRET_KEY.to_string(), cookie)]);
+    match &facts.relay_credential {
+        Some(Ok(credential)) => {
+            data.insert(RELAY_CREDENTIAL_KEY.to_string(), credential.clone());
+        }
+        Some(Err(e)) => return Err(unavailable(e)),
+        None => {}
+    }
+    if spec.auth.mode == AuthMode::Oidc && (endpoints.is_none() || !data.contains_key(RELAY_CREDENTIAL_KEY)) {
+        return Err(blocked(
+            Blocked::SignInUnavailable,
+            "sign-in cannot be set up: the OpenID Connect provider was not read",
+        ));
+    }
+    let secret = naming::signin_secret(name);
+    mounted
+        .push(crate::reconcile::observe::content_digest(&secret, data.iter().map(|(k, v)| (k.as_str(), v.as_bytes()))));
+    Ok(Some(Signin { write: facts.current.as_ref() != Some(&data), secret, data, endpoints }))
+}
+
+/// Without a cluster: the mode is checked, the Secret's content and the
+/// provider's endpoints are stand-ins named after what they would be.
+fn offline_signin(inst: &TinycodeInstance, settings: &Settings) -> Result<Option<Signin>, Invalid> {
+    signin_offered(&inst.spec, settings)?;
+    if !inst.spec.auth.mode.signs_in() {
+        return Ok(None);
+    }
+    let endpoints = settings.signin.oidc.as_ref().filter(|_| inst.spec.auth.mode == AuthMode::Oidc).map(|o| {
+        let read = |what: &str| format!("<{what} read from {}/.well-known/openid-configuration>", o.issuer_url);
+        crate::render::signin::OidcEndpoints {
+            issuer: o.issuer_url.clone(),
+            authorization: read("authorization_endpoint"),
+            token: read("token_endpoint"),
+            jwks: read("jwks_uri"),
+        }
+    });
+    Ok(Some(Signin {
+        secret: naming::signin_secret(inst.metadata.name.as_deref().unwrap_or_default()),
+        data: Default::default(),
+        write: false,
+        endpoints,
+    }))
 }
 
 /// The namespace opted in (if the operator asks for that), is prepared, and

@@ -6,4 +6,5 @@ pub mod ingress;
 pub mod naming;
 pub mod route;
 pub mod secret;
+pub mod signin;
 pub mod values;

@@ -135,6 +135,13 @@ async fn install_cluster_rbac(client: &Client) -> Result<(), BoxError> {
     roles
         .patch(approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
         .await?;
+    roles
+        .patch(
+            tinycode_operator::render::naming::ACCESS_REVIEWER_ROLE,
+            &pp(),
+            &Patch::Apply(rbac::access_reviewer_cluster_role_manifest()),
+        )
+        .await?;
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },
         role_ref: RoleRef {

@@ -76,6 +76,8 @@ pub struct Approved {
     /// Digest of the content of the Secrets the pods mount (password, git
     /// credentials, kubeconfig), so a rotated Secret rolls the pods.
     pub secrets_digest: String,
+    /// auth.mode oidc: the provider's endpoints, as the operator read them.
+    pub oidc_endpoints: Option<crate::render::signin::OidcEndpoints>,
 }
 
 /// Maps a (validated) spec to chart values; `config_json` is the generated config, if any.
@@ -103,7 +105,7 @@ pub fn build(
         hostname: spec.hostname.clone().unwrap_or_default(),
         tls_termination: spec.tls_termination,
         ollama: OllamaValues::of(&spec.ollama, settings),
-        auth: AuthValues::of(inst.name, &spec.auth),
+        auth: AuthValues::of(inst, &spec.auth, settings, approved.oidc_endpoints.as_ref()),
         shell: ShellValues::of(&spec.shell),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         tolerations: spec.tolerations.clone().unwrap_or_default(),

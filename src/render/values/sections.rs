@@ -7,9 +7,11 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::{Approved, InstanceRef, sha256_hex};
-use crate::api::{AccessMode, Auth, ClusterAdmin, Git, ModelLimits, Ollama, Resources, Shell, Storage, VllmProvider};
+use crate::api::{
+    AccessMode, Auth, AuthMode, ClusterAdmin, Git, ModelLimits, Ollama, Resources, Shell, Storage, VllmProvider,
+};
 use crate::platform::scc::SccTier;
-use crate::render::naming;
+use crate::render::{naming, signin};
 use crate::settings::Settings;
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -107,6 +109,12 @@ pub struct NameValues {
     /// `tinycode:<namespace>:<name>-discovery`: the RoleBinding in each discovery namespace.
     #[schemars(length(min = 1, max = 253))]
     pub discovery_binding: String,
+    /// `<name>-tinycode-signin`: the sign-in proxy's Secret (cookie secret, relay credential).
+    #[schemars(length(min = 1, max = 63))]
+    pub signin_secret: String,
+    /// `tinycode:<namespace>:<name>-access-review`: lets an oidc instance's gate ask SubjectAccessReviews.
+    #[schemars(length(min = 1, max = 253))]
+    pub access_review_binding: String,
 }
 
 impl NameValues {
@@ -120,6 +128,8 @@ impl NameValues {
             ollama_models_pvc: naming::ollama_models_pvc(name),
             discovery_role: naming::discovery_role(name),
             cluster_role_binding: naming::cluster_role_binding(namespace, name),
+            signin_secret: naming::signin_secret(name),
+            access_review_binding: naming::access_review_binding(namespace, name),
             discovery_binding: naming::discovery_binding(namespace, name),
         }
     }
@@ -232,17 +242,73 @@ pub struct AuthValues {
     /// Secret with key TINYCODE_SERVER_PASSWORD: the spec's, or the generated `<name>-tinycode-password`.
     #[schemars(length(min = 1))]
     pub password_secret: String,
+    /// password: the UI asks for the password; openshift, oidc: a sign-in
+    /// proxy and the authorization gate front it.
+    pub mode: AuthMode,
+    /// The sign-in proxy (empty in password mode).
+    pub proxy: ContainerValues,
+    /// The authorization gate (empty in password mode).
+    pub gate: ContainerValues,
+    /// oidc: bind the gate's ServiceAccount to the access-reviewer ClusterRole
+    /// (`create` SubjectAccessReviews); the name of that ClusterRole.
+    pub access_reviewer_role: String,
+}
+
+/// A container the operator configures completely: image and arguments.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerValues {
+    pub image: String,
+    pub args: Vec<String>,
 }
 
 impl AuthValues {
     /// No password named: the operator generates one, never an open instance.
-    pub(super) fn of(name: &str, auth: &Auth) -> Self {
+    /// The sign-in containers' command lines come from [`signin`]; oidc needs
+    /// the provider's endpoints (without them the instance is refused before
+    /// rendering).
+    pub(super) fn of(
+        inst: &InstanceRef<'_>,
+        auth: &Auth,
+        settings: &Settings,
+        endpoints: Option<&signin::OidcEndpoints>,
+    ) -> Self {
+        let (ns, name) = (inst.namespace, inst.name);
+        let gate = |mode| ContainerValues {
+            image: settings.signin.gate_image.clone(),
+            args: signin::gate_args(mode, ns, name, &settings.signin),
+        };
+        let (proxy, gate, access_reviewer_role) = match (auth.mode, settings.signin.oidc.as_ref(), endpoints) {
+            (AuthMode::Password, ..) => (ContainerValues::default(), ContainerValues::default(), String::new()),
+            (AuthMode::Openshift, ..) => (
+                ContainerValues {
+                    image: settings.signin.openshift_oauth_proxy_image.clone(),
+                    args: signin::openshift_proxy_args(ns, name, &naming::service_account(name)),
+                },
+                gate(AuthMode::Openshift),
+                String::new(),
+            ),
+            (AuthMode::Oidc, Some(oidc), Some(endpoints)) => (
+                ContainerValues {
+                    image: settings.signin.oauth2_proxy_image.clone(),
+                    args: signin::oauth2_proxy_args(ns, name, oidc, endpoints),
+                },
+                gate(AuthMode::Oidc),
+                naming::ACCESS_REVIEWER_ROLE.to_string(),
+            ),
+            // Refused by validation; never an open instance either way.
+            (AuthMode::Oidc, ..) => (ContainerValues::default(), ContainerValues::default(), String::new()),
+        };
         AuthValues {
             password_secret: auth
                 .password_secret
                 .clone()
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| naming::generated_password(name)),
+            mode: auth.mode,
+            proxy,
+            gate,
+            access_reviewer_role,
         }
     }
 }

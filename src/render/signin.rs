@@ -1,0 +1,296 @@
+//! Sign-in (`spec.auth.mode` openshift and oidc), pure: the proxy's and the
+//! gate's command lines, the relay credential, the RBAC check users must pass.
+//!
+//! The pod: router → proxy (port [`PROXY_PORT`], the only port exposed) →
+//! gate ([`GATE_LISTEN`], loopback) → tinycode (4096, loopback for the gate).
+//! The proxy signs the user in; the gate asks the apiserver whether that
+//! user may `use` the instance and presents the instance's password to
+//! tinycode, so users never see it.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::api::AuthMode;
+use crate::settings::{OidcSettings, SigninSettings};
+
+/// The proxy's port (named `signin`): what the Service, the Route or Ingress
+/// and the NetworkPolicy point at in the sign-in modes.
+pub const PROXY_PORT: u16 = 4180;
+/// Where the gate listens: loopback, so only the proxy in the pod reaches it.
+pub const GATE_LISTEN: &str = "127.0.0.1:4181";
+/// The tinycode server as the gate reaches it.
+pub const TINYCODE_UPSTREAM: &str = "http://127.0.0.1:4096";
+/// Where the proxy container mounts the sign-in Secret.
+pub const SIGNIN_MOUNT: &str = "/etc/tinycode/signin";
+/// Key of the sign-in Secret holding the proxy's cookie secret.
+pub const COOKIE_SECRET_KEY: &str = "cookie-secret";
+/// Key of the sign-in Secret holding the oidc instance's relay credential.
+pub const RELAY_CREDENTIAL_KEY: &str = "relay-credential";
+/// Where the gate container finds its projected volume (API token, CA, password).
+pub const GATE_MOUNT: &str = "/var/run/secrets/tinycode/gate";
+/// Path of the OAuth callback both proxies serve.
+pub const CALLBACK_PATH: &str = "/oauth2/callback";
+
+/// The RBAC check every signed-in user must pass: verb `use` on
+/// `tinycodeinstances/<name>` in the instance's namespace.
+pub const ACCESS_VERB: &str = "use";
+pub const ACCESS_GROUP: &str = "tinycode.dev";
+pub const ACCESS_RESOURCE: &str = "tinycodeinstances";
+
+/// The provider's endpoints, read from its discovery document.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct OidcEndpoints {
+    pub issuer: String,
+    #[serde(rename = "authorization_endpoint")]
+    pub authorization: String,
+    #[serde(rename = "token_endpoint")]
+    pub token: String,
+    #[serde(rename = "jwks_uri")]
+    pub jwks: String,
+}
+
+/// The credential an oidc instance's proxy presents to the operator's relay
+/// in place of the client secret: an HMAC of the instance's identity keyed
+/// with the client secret. The relay recomputes it; a tenant who reads it
+/// learns nothing of the client secret, and it is worthless for any other
+/// instance. Rotating the client secret rotates every credential (the
+/// operator rewrites the Secrets, which rolls the pods).
+pub fn relay_credential(client_secret: &[u8], namespace: &str, name: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(client_secret).expect("HMAC takes any key length");
+    mac.update(b"tinycode relay credential v1\0");
+    mac.update(namespace.as_bytes());
+    mac.update(b"\0");
+    mac.update(name.as_bytes());
+    format!("trc1.{}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Whether `presented` is the credential of `namespace/name` (constant time).
+pub fn relay_credential_matches(client_secret: &[u8], namespace: &str, name: &str, presented: &str) -> bool {
+    let mut mac = Hmac::<Sha256>::new_from_slice(client_secret).expect("HMAC takes any key length");
+    mac.update(b"tinycode relay credential v1\0");
+    mac.update(namespace.as_bytes());
+    mac.update(b"\0");
+    mac.update(name.as_bytes());
+    let Some(hex_part) = presented.strip_prefix("trc1.") else { return false };
+    let Ok(bytes) = hex::decode(hex_part) else { return false };
+    mac.verify_slice(&bytes).is_ok()
+}
+
+/// The relay's token endpoint for one instance.
+pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
+    format!("{relay_url}/oidc/token/{namespace}/{name}")
+}
+
+/// oauth2-proxy's arguments (auth.mode oidc). Secrets come from files of the
+/// mounted sign-in Secret, never from the command line. Discovery is off:
+/// the operator read the provider's endpoints and names them, so the token
+/// endpoint can be the relay, which adds the client secret on the way.
+pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpoints: &OidcEndpoints) -> Vec<String> {
+    let arg = |k: &str, v: &str| format!("--{k}={v}");
+    vec![
+        arg("provider", "oidc"),
+        arg("http-address", &format!("0.0.0.0:{PROXY_PORT}")),
+        arg("upstream", &format!("http://{GATE_LISTEN}/")),
+        arg("oidc-issuer-url", &endpoints.issuer),
+        arg("skip-oidc-discovery", "true"),
+        arg("login-url", &endpoints.authorization),
+        arg("redeem-url", &relay_token_url(&oidc.relay_url, namespace, name)),
+        arg("oidc-jwks-url", &endpoints.jwks),
+        arg("client-id", &oidc.client_id),
+        arg("client-secret-file", &format!("{SIGNIN_MOUNT}/{RELAY_CREDENTIAL_KEY}")),
+        arg("cookie-secret-file", &format!("{SIGNIN_MOUNT}/{COOKIE_SECRET_KEY}")),
+        // One cookie per instance: two instances on one parent domain do not
+        // overwrite each other's sessions.
+        arg("cookie-name", &format!("_tinycode_{}", short_hash(namespace, name))),
+        arg("scope", &oidc.scopes),
+        arg("user-id-claim", &oidc.username_claim),
+        arg("oidc-groups-claim", &oidc.groups_claim),
+        // Who may enter is RBAC's decision (the gate), not an e-mail domain's.
+        arg("email-domain", "*"),
+        arg("pass-user-headers", "true"),
+        // The router terminates TLS and says so in X-Forwarded-Proto; the
+        // callback URL is built from the host the router forwards.
+        arg("reverse-proxy", "true"),
+        arg("skip-provider-button", "true"),
+        arg("code-challenge-method", "S256"),
+        // Safe defaults, stated so they do not change under us: Secure and
+        // HttpOnly cookies, SameSite lax, a session of at most 12 hours.
+        arg("cookie-secure", "true"),
+        arg("cookie-httponly", "true"),
+        arg("cookie-samesite", "lax"),
+        arg("cookie-expire", "12h0m0s"),
+        arg("cookie-refresh", "1h0m0s"),
+    ]
+}
+
+/// OpenShift oauth-proxy's arguments (auth.mode openshift). It uses the
+/// instance's ServiceAccount as OAuth client (the ServiceAccount's redirect
+/// annotation names the Route) and checks the same RBAC verb at sign-in; the
+/// gate checks it again for every request with the user's own token.
+pub fn openshift_proxy_args(namespace: &str, name: &str, service_account: &str) -> Vec<String> {
+    let arg = |k: &str, v: &str| format!("--{k}={v}");
+    let sar = serde_json::json!({
+        "namespace": namespace,
+        "group": ACCESS_GROUP,
+        "resource": ACCESS_RESOURCE,
+        "resourceName": name,
+        "verb": ACCESS_VERB,
+    });
+    vec![
+        arg("provider", "openshift"),
+        arg("http-address", &format!("0.0.0.0:{PROXY_PORT}")),
+        // Plain HTTP behind the router's edge termination.
+        arg("https-address", ""),
+        arg("upstream", &format!("http://{GATE_LISTEN}/")),
+        arg("openshift-service-account", service_account),
+        arg("openshift-sar", &sar.to_string()),
+        arg("cookie-secret-file", &format!("{SIGNIN_MOUNT}/{COOKIE_SECRET_KEY}")),
+        arg("cookie-name", &format!("_tinycode_{}", short_hash(namespace, name))),
+        arg("cookie-secure", "true"),
+        arg("cookie-expire", "12h0m0s"),
+        // The gate asks a SelfSubjectAccessReview with the user's token.
+        arg("pass-access-token", "true"),
+        arg("pass-user-headers", "true"),
+        arg("email-domain", "*"),
+        arg("skip-provider-button", "true"),
+    ]
+}
+
+/// The gate's arguments (`tinycode-operator gate`).
+pub fn gate_args(mode: AuthMode, namespace: &str, name: &str, signin: &SigninSettings) -> Vec<String> {
+    let arg = |k: &str, v: &str| format!("--{k}={v}");
+    let mut args = vec![
+        "gate".to_string(),
+        arg("listen", GATE_LISTEN),
+        arg("upstream", TINYCODE_UPSTREAM),
+        arg("mode", mode.as_str()),
+        arg("namespace", namespace),
+        arg("instance", name),
+        arg("cache-seconds", &signin.access_cache.as_secs().to_string()),
+        arg("token-file", &format!("{GATE_MOUNT}/token")),
+        arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")),
+        arg("password-file", &format!("{GATE_MOUNT}/password")),
+    ];
+    if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
+        args.push(arg("username-prefix", &oidc.username_prefix));
+        args.push(arg("groups-prefix", &oidc.groups_prefix));
+    }
+    args
+}
+
+/// What status.auth says of who may enter.
+pub fn status(mode: AuthMode, namespace: &str, name: &str, password_secret: &str) -> crate::api::AuthStatus {
+    match mode {
+        AuthMode::Password => crate::api::AuthStatus {
+            mode: mode.as_str().into(),
+            allowed: format!("whoever has the URL and the password in Secret {password_secret}"),
+            access: None,
+        },
+        AuthMode::Openshift | AuthMode::Oidc => crate::api::AuthStatus {
+            mode: mode.as_str().into(),
+            allowed: format!(
+                "signed-in users allowed verb {ACCESS_VERB} on {ACCESS_RESOURCE}.{ACCESS_GROUP}/{name} in namespace {namespace}"
+            ),
+            access: Some(crate::api::AccessCheck {
+                verb: ACCESS_VERB.into(),
+                group: ACCESS_GROUP.into(),
+                resource: ACCESS_RESOURCE.into(),
+                name: name.into(),
+                namespace: namespace.into(),
+            }),
+        },
+    }
+}
+
+/// 12 hex digits naming the instance in its cookie (names may be long and
+/// hold characters a cookie name should not).
+fn short_hash(namespace: &str, name: &str) -> String {
+    use sha2::Digest;
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    hex::encode(&digest[..6])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oidc() -> OidcSettings {
+        OidcSettings {
+            issuer_url: "https://idp.example.com".into(),
+            client_id: "tinycode".into(),
+            client_secret_file: "/x".into(),
+            scopes: "openid email".into(),
+            username_claim: "email".into(),
+            username_prefix: "oidc:".into(),
+            groups_claim: "groups".into(),
+            groups_prefix: "oidc:".into(),
+            relay_url: "http://relay.ops.svc:8484".into(),
+        }
+    }
+
+    fn endpoints() -> OidcEndpoints {
+        OidcEndpoints {
+            issuer: "https://idp.example.com".into(),
+            authorization: "https://idp.example.com/auth".into(),
+            token: "https://idp.example.com/token".into(),
+            jwks: "https://idp.example.com/keys".into(),
+        }
+    }
+
+    #[test]
+    fn relay_credentials_are_per_instance_and_per_secret() {
+        let a = relay_credential(b"secret", "team1", "dev");
+        assert!(relay_credential_matches(b"secret", "team1", "dev", &a));
+        assert!(!relay_credential_matches(b"secret", "team1", "prod", &a));
+        assert!(!relay_credential_matches(b"secret", "team1d", "ev", &relay_credential(b"secret", "team1", "dev")));
+        assert!(!relay_credential_matches(b"rotated", "team1", "dev", &a));
+        assert!(!relay_credential_matches(b"secret", "team1", "dev", "secret"));
+        assert!(!relay_credential_matches(b"secret", "team1", "dev", "trc1.zz"));
+        assert!(!a.contains("secret"));
+    }
+
+    #[test]
+    fn oauth2_proxy_never_sees_the_client_secret_and_redeems_at_the_relay() {
+        let args = oauth2_proxy_args("team1", "dev", &oidc(), &endpoints());
+        assert!(args.contains(&"--redeem-url=http://relay.ops.svc:8484/oidc/token/team1/dev".to_string()));
+        assert!(args.contains(&"--client-secret-file=/etc/tinycode/signin/relay-credential".to_string()));
+        assert!(args.contains(&"--skip-oidc-discovery=true".to_string()));
+        assert!(args.contains(&"--upstream=http://127.0.0.1:4181/".to_string()));
+        assert!(!args.iter().any(|a| a.starts_with("--client-secret=") || a.starts_with("--cookie-secret=")));
+        let names: Vec<&str> = args.iter().map(|a| a.split('=').next().unwrap()).collect();
+        let unique: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "no flag twice: {names:?}");
+    }
+
+    #[test]
+    fn the_openshift_proxy_checks_the_use_verb_on_this_instance() {
+        let args = openshift_proxy_args("team1", "dev", "dev-tinycode");
+        let sar = args.iter().find_map(|a| a.strip_prefix("--openshift-sar=")).unwrap();
+        let sar: serde_json::Value = serde_json::from_str(sar).unwrap();
+        assert_eq!(sar["verb"], "use");
+        assert_eq!(sar["resourceName"], "dev");
+        assert_eq!(sar["namespace"], "team1");
+        assert_eq!(sar["resource"], "tinycodeinstances");
+        assert!(args.contains(&"--openshift-service-account=dev-tinycode".to_string()));
+    }
+
+    #[test]
+    fn cookies_are_named_per_instance() {
+        let a = oauth2_proxy_args("team1", "dev", &oidc(), &endpoints());
+        let b = oauth2_proxy_args("team2", "dev", &oidc(), &endpoints());
+        let cookie = |args: &[String]| args.iter().find(|a| a.starts_with("--cookie-name=")).cloned().unwrap();
+        assert_ne!(cookie(&a), cookie(&b));
+    }
+
+    #[test]
+    fn the_gate_gets_the_clusters_prefixes_in_oidc_mode_only() {
+        let signin = SigninSettings { oidc: Some(oidc()), ..Default::default() };
+        let args = gate_args(AuthMode::Oidc, "team1", "dev", &signin);
+        assert_eq!(args[0], "gate");
+        assert!(args.contains(&"--username-prefix=oidc:".to_string()));
+        assert!(args.contains(&"--cache-seconds=30".to_string()));
+        let args = gate_args(AuthMode::Openshift, "team1", "dev", &signin);
+        assert!(!args.iter().any(|a| a.starts_with("--username-prefix")));
+        assert!(args.contains(&"--mode=openshift".to_string()));
+    }
+}
