@@ -21,6 +21,11 @@
 //   - -public-client: a token request without client_secret is accepted
 //     (PKCE is still checked when the authorize request carried a challenge).
 //
+// Two mockoidc quirks for test writers: its token response's expires_in is a
+// Go Duration in nanoseconds (clients read an expiry decades ahead, so refresh
+// only happens through the client's own refresh period), and its session store
+// has no lock (drive one sign-in at a time).
+//
 // The oauth2-proxy binary comes from the same module (tools.go pins it).
 package main
 
