@@ -95,6 +95,14 @@ impl Default for SigninSettings {
     }
 }
 
+/// The ID-token claim that names a user to the cluster (as the apiserver's
+/// `--oidc-username-claim`): the two oauth2-proxy can pass on as the user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UsernameClaim {
+    Sub,
+    Email,
+}
+
 /// The cluster-admin's OpenID Connect provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OidcSettings {
@@ -103,7 +111,7 @@ pub struct OidcSettings {
     /// Read by the relay only; never rendered.
     pub client_secret_file: PathBuf,
     pub scopes: String,
-    pub username_claim: String,
+    pub username_claim: UsernameClaim,
     pub username_prefix: String,
     pub groups_claim: String,
     pub groups_prefix: String,

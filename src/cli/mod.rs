@@ -193,8 +193,8 @@ pub struct SigninArgs {
     pub oidc_scopes: String,
     /// ID-token claim naming the user, as the cluster's apiserver maps OIDC users
     /// (its --oidc-username-claim), so RoleBindings name the same user.
-    #[arg(long, global = true, env = "TINYCODE_OIDC_USERNAME_CLAIM", default_value = "email")]
-    pub oidc_username_claim: String,
+    #[arg(long, global = true, env = "TINYCODE_OIDC_USERNAME_CLAIM", value_enum, default_value = "email")]
+    pub oidc_username_claim: crate::settings::UsernameClaim,
     /// Prefix the cluster puts before OIDC user names (its --oidc-username-prefix).
     #[arg(long, global = true, env = "TINYCODE_OIDC_USERNAME_PREFIX")]
     pub oidc_username_prefix: Option<String>,
@@ -251,7 +251,7 @@ impl SigninArgs {
                 client_id,
                 client_secret_file: self.oidc_client_secret_file.clone(),
                 scopes: self.oidc_scopes.split_whitespace().collect::<Vec<_>>().join(" "),
-                username_claim: self.oidc_username_claim.clone(),
+                username_claim: self.oidc_username_claim,
                 username_prefix: self.oidc_username_prefix.clone().unwrap_or_default(),
                 groups_claim: self.oidc_groups_claim.clone(),
                 groups_prefix: self.oidc_groups_prefix.clone().unwrap_or_default(),

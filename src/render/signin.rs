@@ -11,7 +11,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::api::AuthMode;
-use crate::settings::{OidcSettings, SigninSettings};
+use crate::settings::{OidcSettings, SigninSettings, UsernameClaim};
 
 /// The proxy's port (named `signin`): what the Service, the Route or Ingress
 /// and the NetworkPolicy point at in the sign-in modes.
@@ -28,7 +28,7 @@ pub const COOKIE_SECRET_KEY: &str = "cookie-secret";
 pub const RELAY_CREDENTIAL_KEY: &str = "relay-credential";
 /// Where the gate container finds its projected volume (API token, CA, password).
 pub const GATE_MOUNT: &str = "/var/run/secrets/tinycode/gate";
-/// Path of the OAuth callback both proxies serve.
+/// Path of oauth2-proxy's OAuth callback (OpenShift's oauth-proxy serves `/oauth/callback`).
 pub const CALLBACK_PATH: &str = "/oauth2/callback";
 
 /// The RBAC check every signed-in user must pass: verb `use` on
@@ -87,7 +87,7 @@ pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
 /// endpoint can be the relay, which adds the client secret on the way.
 pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpoints: &OidcEndpoints) -> Vec<String> {
     let arg = |k: &str, v: &str| format!("--{k}={v}");
-    vec![
+    let mut args = vec![
         arg("provider", "oidc"),
         arg("http-address", &format!("0.0.0.0:{PROXY_PORT}")),
         arg("upstream", &format!("http://{GATE_LISTEN}/")),
@@ -103,7 +103,6 @@ pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpo
         // overwrite each other's sessions.
         arg("cookie-name", &format!("_tinycode_{}", short_hash(namespace, name))),
         arg("scope", &oidc.scopes),
-        arg("user-id-claim", &oidc.username_claim),
         arg("oidc-groups-claim", &oidc.groups_claim),
         // Who may enter is RBAC's decision (the gate), not an e-mail domain's.
         arg("email-domain", "*"),
@@ -120,7 +119,13 @@ pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpo
         arg("cookie-samesite", "lax"),
         arg("cookie-expire", "12h0m0s"),
         arg("cookie-refresh", "1h0m0s"),
-    ]
+    ];
+    // oauth2-proxy's X-Forwarded-User is the `sub` claim, unless it is told
+    // to put the e-mail there (then it sends no X-Forwarded-Email).
+    if oidc.username_claim == UsernameClaim::Email {
+        args.push(arg("prefer-email-to-user", "true"));
+    }
+    args
 }
 
 /// OpenShift oauth-proxy's arguments (auth.mode openshift). It uses the
@@ -220,7 +225,7 @@ mod tests {
             client_id: "tinycode".into(),
             client_secret_file: "/x".into(),
             scopes: "openid email".into(),
-            username_claim: "email".into(),
+            username_claim: UsernameClaim::Email,
             username_prefix: "oidc:".into(),
             groups_claim: "groups".into(),
             groups_prefix: "oidc:".into(),
