@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod gate;
 pub mod helm;
 pub mod ops;
 pub mod platform;

@@ -1,11 +1,16 @@
 //! Command line: `run` (the controller), `crd`, `values`, `values-schema`,
-//! `scc`, `openshift-crds` and `version`. Every setting has an env fallback so
-//! the manager Deployment configures it through env. Settings are global flags:
-//! they are accepted before or after the subcommand (`--concurrency 2 run` and
-//! `run --concurrency 2` are the same) and `run --help` lists them.
+//! `scc`, `openshift-crds`, `gate` (an instance pod's authorization gate) and
+//! `version`. Every setting has an env fallback so the manager Deployment
+//! configures it through env. Settings are global flags: they are accepted
+//! before or after the subcommand (`--concurrency 2 run` and `run
+//! --concurrency 2` are the same) and `run --help` lists them. `gate` has
+//! flags of its own instead ([`GateArgs`]), which no other subcommand takes.
 
+mod gate_cmd;
 mod run;
 mod values_cmd;
+
+pub use gate_cmd::GateArgs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +73,10 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["leader_election_namespace", "discovery"])]
         access_reviewer: bool,
     },
+    /// Run an instance pod's authorization gate: between the sign-in proxy
+    /// and the tinycode server, it lets through only users allowed `use` on
+    /// the TinycodeInstance.
+    Gate(Box<GateArgs>),
     /// Print the version.
     Version,
 }
@@ -469,6 +478,10 @@ impl SettingsArgs {
 }
 
 pub fn main(cli: Cli) -> ExitCode {
+    // The gate reads none of the operator's settings: a bad one must not stop it.
+    if let Some(Command::Gate(args)) = &cli.command {
+        return gate_cmd::command(args, cli.run.log_json);
+    }
     let settings = match cli.settings.to_settings() {
         Ok(s) => s,
         Err(e) => {
@@ -509,6 +522,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Rbac { leader_election_namespace: Some(ns), .. } => {
             print_yaml(&[crate::platform::rbac::leader_election_role_manifest(&ns)])
         }
+        Command::Gate(args) => gate_cmd::command(&args, cli.run.log_json),
         Command::Version => {
             println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

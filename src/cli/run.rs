@@ -226,7 +226,7 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "tinycode-operator".into())
 }
 
-fn init_logging(json: bool) {
+pub(super) fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();

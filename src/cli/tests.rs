@@ -232,3 +232,49 @@ fn watching_only_the_operators_own_namespace_is_refused() {
     assert!(e.contains("--watch-namespaces") && e.contains("operator's own namespace ops"), "{e}");
     assert!(e.contains("OwnNamespace"), "names the OLM install mode: {e}");
 }
+
+#[test]
+fn the_gate_has_flags_of_its_own_with_their_defaults() {
+    use crate::gate::Mode;
+    let cli = parse(&["gate", "--namespace", "team-a", "--instance", "ide", "--mode", "oidc"]);
+    let Some(Command::Gate(args)) = cli.command else { panic!("not the gate: {:?}", cli.command) };
+    let s = args.to_settings();
+    assert_eq!(s.listen, "127.0.0.1:4181".parse().unwrap());
+    assert_eq!(s.upstream, "http://127.0.0.1:4096");
+    assert_eq!((s.target.namespace.as_str(), s.target.instance.as_str()), ("team-a", "ide"));
+    assert_eq!(s.mode, Mode::Oidc);
+    assert_eq!((s.prefixes.user.as_str(), s.prefixes.groups.as_str()), ("", ""));
+    assert_eq!(s.cache_ttl, Duration::from_secs(30));
+    assert_eq!(s.token_file, PathBuf::from("/var/run/secrets/tinycode/gate/token"));
+    assert_eq!(s.ca_file, PathBuf::from("/var/run/secrets/tinycode/gate/ca.crt"));
+    assert_eq!(s.api_server, None, "from KUBERNETES_SERVICE_HOST/PORT when the gate starts");
+    assert_eq!(s.password_file, Some(PathBuf::from("/var/run/secrets/tinycode/gate/password")));
+
+    let cli = parse(&[
+        "gate",
+        "--namespace=n",
+        "--instance=i",
+        "--mode=openshift",
+        "--listen=127.0.0.1:5000",
+        "--upstream=http://127.0.0.1:5001",
+        "--username-prefix=oidc:",
+        "--groups-prefix=oidc-group:",
+        "--cache-seconds=60",
+        "--api-server=https://10.0.0.1:6443",
+        "--password-file=",
+    ]);
+    let Some(Command::Gate(args)) = cli.command else { panic!("not the gate") };
+    let s = args.to_settings();
+    assert_eq!(s.mode, Mode::Openshift);
+    assert_eq!((s.prefixes.user.as_str(), s.prefixes.groups.as_str()), ("oidc:", "oidc-group:"));
+    assert_eq!(s.cache_ttl, Duration::from_secs(60));
+    assert_eq!(s.api_server.as_deref(), Some("https://10.0.0.1:6443"));
+    assert_eq!(s.password_file, None, "an empty --password-file sends no password");
+
+    let refused = |args: &[&str]| Cli::try_parse_from(std::iter::once("tinycode-operator").chain(args.iter().copied()));
+    assert!(refused(&["gate", "--namespace=n", "--instance=i"]).is_err(), "--mode is required");
+    assert!(refused(&["gate", "--namespace=n", "--instance=i", "--mode=oidc", "--cache-seconds=61"]).is_err());
+    assert!(refused(&["gate", "--namespace=n", "--instance=i", "--mode=ldap"]).is_err());
+    assert!(refused(&["run", "--instance=i"]).is_err(), "gate flags are not run's");
+    assert!(refused(&["--upstream=http://x", "gate", "--namespace=n", "--instance=i", "--mode=oidc"]).is_err());
+}

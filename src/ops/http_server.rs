@@ -28,7 +28,7 @@ use axum::http::StatusCode;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower_http::timeout::TimeoutLayer;
 
@@ -112,8 +112,27 @@ impl Drop for PeerSlot {
 /// Serves `router` on `listener` within `limits`, forever.
 pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
     let app = router.layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout));
+    let builder = http1_builder(&limits);
+    accept(listener, limits, move |io| builder.serve_connection(io, TowerToHyperService::new(app.clone()))).await
+}
+
+/// An HTTP/1 connection builder closing connections whose request head
+/// takes longer than `limits.header_read_timeout`.
+pub fn http1_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    builder
+}
+
+/// Accepts connections on `listener` within the connection caps of
+/// `limits` and runs each future `connection` makes of one, forever.
+/// (`limits.request_timeout` is for [`serve`]'s router: a `connection`
+/// bounds its own requests.)
+pub async fn accept<F, C>(listener: TcpListener, limits: Limits, connection: F)
+where
+    F: Fn(TokioIo<TcpStream>) -> C,
+    C: Future<Output = Result<(), hyper::Error>> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let peers = Arc::new(PeerCounts::default());
     loop {
@@ -136,7 +155,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
             drop(stream);
             continue;
         };
-        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let conn = connection(TokioIo::new(stream));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");

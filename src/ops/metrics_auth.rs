@@ -25,17 +25,17 @@
 //! `none` serves `/metrics` to anyone who reaches the port (local
 //! development and the benchmark).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
-use sha2::{Digest, Sha256};
 
+pub use crate::ops::decisions::Decision;
+use crate::ops::decisions::{DecisionCache, Decisions, token_key, within_timeout};
 use crate::watch_scope::cluster_api;
 
 /// `--metrics-auth`.
@@ -59,36 +59,6 @@ pub const REFUSED_TTL: Duration = Duration::from_secs(10);
 pub const MAX_ENTRIES: usize = 256;
 /// Longest a token may be; longer is malformed (service account tokens are about 1 KiB).
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
-/// Time the two reviews may take together.
-const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The apiserver's answer for one token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Allowed,
-    /// No such token, an expired one, or one for another audience.
-    Unauthenticated,
-    /// Authenticated, but not allowed `get` on `/metrics`.
-    Forbidden,
-}
-
-impl Decision {
-    /// The status a request with this decision is answered with.
-    pub fn status(self) -> StatusCode {
-        match self {
-            Decision::Allowed => StatusCode::OK,
-            Decision::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Decision::Forbidden => StatusCode::FORBIDDEN,
-        }
-    }
-
-    fn ttl(self) -> Duration {
-        match self {
-            Decision::Allowed => ALLOWED_TTL,
-            Decision::Unauthenticated | Decision::Forbidden => REFUSED_TTL,
-        }
-    }
-}
 
 /// The bearer token of a request: exactly one `Authorization` header of the
 /// form `Bearer <token>` (the scheme in any case), the token visible ASCII
@@ -107,65 +77,6 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         return None;
     }
     token.bytes().all(|b| b.is_ascii_graphic()).then_some(token)
-}
-
-/// What a token is remembered by.
-pub type TokenKey = [u8; 32];
-
-/// The SHA-256 of a token.
-pub fn token_key(token: &str) -> TokenKey {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// Decisions by token hash, each until it expires; at most `max` of them.
-#[derive(Debug)]
-pub struct DecisionCache {
-    entries: HashMap<TokenKey, (Decision, Instant)>,
-    max: usize,
-}
-
-impl DecisionCache {
-    pub fn new(max: usize) -> Self {
-        DecisionCache { entries: HashMap::new(), max }
-    }
-
-    /// The decision for `key` if it has not expired at `now` (an expired one is forgotten).
-    pub fn get(&mut self, key: &TokenKey, now: Instant) -> Option<Decision> {
-        match self.entries.get(key) {
-            Some((decision, expires)) if now < *expires => Some(*decision),
-            Some(_) => {
-                self.entries.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Remembers `decision` from `now` for its time to live. When full, the
-    /// expired entries go first, then the one that would expire soonest.
-    pub fn insert(&mut self, key: TokenKey, decision: Decision, now: Instant) {
-        if self.max == 0 {
-            return;
-        }
-        if !self.entries.contains_key(&key) && self.entries.len() >= self.max {
-            self.entries.retain(|_, (_, expires)| now < *expires);
-            if self.entries.len() >= self.max {
-                let soonest = self.entries.iter().min_by_key(|(_, (_, expires))| *expires).map(|(k, _)| *k);
-                if let Some(k) = soonest {
-                    self.entries.remove(&k);
-                }
-            }
-        }
-        self.entries.insert(key, (decision, now + decision.ttl()));
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// Asks who a token is and whether they may read the metrics.
@@ -238,18 +149,14 @@ impl KubeReviewer {
 
 impl Reviewer for KubeReviewer {
     fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Decision, String>> {
-        Box::pin(async move {
-            tokio::time::timeout(REVIEW_TIMEOUT, self.reviews(token))
-                .await
-                .unwrap_or_else(|_| Err(format!("no answer within {REVIEW_TIMEOUT:?}")))
-        })
+        Box::pin(within_timeout(self.reviews(token)))
     }
 }
 
 /// The `/metrics` gate of `--metrics-auth rbac`.
 pub struct Gate {
     reviewer: Arc<dyn Reviewer>,
-    cache: Mutex<DecisionCache>,
+    decisions: Decisions,
 }
 
 /// Whether a request is served, else its status and body.
@@ -261,7 +168,7 @@ pub enum Verdict {
 
 impl Gate {
     pub fn new(reviewer: Arc<dyn Reviewer>) -> Self {
-        Gate { reviewer, cache: Mutex::new(DecisionCache::new(MAX_ENTRIES)) }
+        Gate { reviewer, decisions: Decisions::new(DecisionCache::new(MAX_ENTRIES, ALLOWED_TTL, REFUSED_TTL)) }
     }
 
     /// The gate asking the apiserver `client` talks to.
@@ -274,20 +181,12 @@ impl Gate {
         let Some(token) = bearer_token(headers) else {
             return Verdict::Refuse(StatusCode::UNAUTHORIZED, "Unauthorized: send Authorization: Bearer <token>\n");
         };
-        let key = token_key(token);
-        let cached = self.cache.lock().expect("lock").get(&key, Instant::now());
-        let decision = match cached {
-            Some(decision) => decision,
-            None => match self.reviewer.review(token).await {
-                Ok(decision) => {
-                    self.cache.lock().expect("lock").insert(key, decision, Instant::now());
-                    decision
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "/metrics: cannot review the caller's token");
-                    return Verdict::Refuse(StatusCode::SERVICE_UNAVAILABLE, "cannot review the token now\n");
-                }
-            },
+        let decision = match self.decisions.decide(token_key(token), || self.reviewer.review(token)).await {
+            Ok(decision) => decision,
+            Err(e) => {
+                tracing::warn!(error = %e, "/metrics: cannot review the caller's token");
+                return Verdict::Refuse(StatusCode::SERVICE_UNAVAILABLE, "cannot review the token now\n");
+            }
         };
         verdict(decision)
     }
@@ -342,76 +241,10 @@ mod tests {
     }
 
     #[test]
-    fn decisions_map_to_status_codes() {
-        assert_eq!(Decision::Allowed.status(), StatusCode::OK);
-        assert_eq!(Decision::Unauthenticated.status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(Decision::Forbidden.status(), StatusCode::FORBIDDEN);
+    fn verdicts_follow_decisions() {
         assert_eq!(verdict(Decision::Allowed), Verdict::Serve);
         assert!(matches!(verdict(Decision::Forbidden), Verdict::Refuse(StatusCode::FORBIDDEN, _)));
         assert!(matches!(verdict(Decision::Unauthenticated), Verdict::Refuse(StatusCode::UNAUTHORIZED, _)));
-    }
-
-    #[test]
-    fn the_key_is_the_tokens_sha256_not_the_token() {
-        let key = token_key("secret-token");
-        assert_eq!(hex::encode(key), hex::encode(Sha256::digest(b"secret-token")));
-        assert_ne!(token_key("secret-token"), token_key("secret-tokem"));
-    }
-
-    #[test]
-    fn cached_decisions_expire_allowed_later_than_refused() {
-        let mut cache = DecisionCache::new(8);
-        let t0 = Instant::now();
-        let (yes, no) = (token_key("yes"), token_key("no"));
-        cache.insert(yes, Decision::Allowed, t0);
-        cache.insert(no, Decision::Forbidden, t0);
-        let soon = t0 + REFUSED_TTL - Duration::from_millis(1);
-        assert_eq!(cache.get(&yes, soon), Some(Decision::Allowed));
-        assert_eq!(cache.get(&no, soon), Some(Decision::Forbidden));
-        let later = t0 + REFUSED_TTL;
-        assert_eq!(cache.get(&no, later), None, "a refusal is asked again after {REFUSED_TTL:?}");
-        assert_eq!(cache.len(), 1, "the expired refusal is forgotten");
-        assert_eq!(cache.get(&yes, t0 + ALLOWED_TTL - Duration::from_millis(1)), Some(Decision::Allowed));
-        assert_eq!(cache.get(&yes, t0 + ALLOWED_TTL), None);
-        assert!(cache.is_empty());
-    }
-
-    #[test]
-    fn the_cache_is_bounded_dropping_expired_then_soonest_to_expire() {
-        let t0 = Instant::now();
-        let mut cache = DecisionCache::new(3);
-        cache.insert(token_key("refused"), Decision::Unauthenticated, t0);
-        cache.insert(token_key("a"), Decision::Allowed, t0);
-        cache.insert(token_key("b"), Decision::Allowed, t0 + Duration::from_secs(1));
-        // Full: the refusal (expires first) makes room.
-        cache.insert(token_key("c"), Decision::Allowed, t0 + Duration::from_secs(2));
-        assert_eq!(cache.len(), 3);
-        let now = t0 + Duration::from_secs(3);
-        assert_eq!(cache.get(&token_key("refused"), now), None);
-        assert_eq!(cache.get(&token_key("a"), now), Some(Decision::Allowed));
-        // Full again: "a" expires soonest.
-        cache.insert(token_key("d"), Decision::Allowed, now);
-        assert_eq!(cache.len(), 3);
-        assert_eq!(cache.get(&token_key("a"), now), None);
-        for k in ["b", "c", "d"] {
-            assert_eq!(cache.get(&token_key(k), now), Some(Decision::Allowed), "{k}");
-        }
-        // Once all have expired, a new entry clears them out.
-        let much_later = now + ALLOWED_TTL * 2;
-        cache.insert(token_key("e"), Decision::Forbidden, much_later);
-        assert_eq!(cache.len(), 1);
-        // Re-deciding a known token replaces its entry without evicting another.
-        let mut cache = DecisionCache::new(2);
-        cache.insert(token_key("x"), Decision::Forbidden, t0);
-        cache.insert(token_key("y"), Decision::Allowed, t0);
-        cache.insert(token_key("x"), Decision::Allowed, t0);
-        assert_eq!(
-            (cache.get(&token_key("x"), t0), cache.get(&token_key("y"), t0)),
-            (Some(Decision::Allowed), Some(Decision::Allowed))
-        );
-        let mut none = DecisionCache::new(0);
-        none.insert(token_key("x"), Decision::Allowed, t0);
-        assert!(none.is_empty());
     }
 
     /// Answers from a fixed table and counts the reviews asked.
@@ -465,6 +298,6 @@ mod tests {
             ));
         }
         assert_eq!(fake.calls.load(Ordering::Relaxed), 2, "a failure is asked again");
-        assert!(gate.cache.lock().unwrap().is_empty());
+        assert!(gate.decisions.is_empty());
     }
 }

@@ -1,6 +1,8 @@
 //! Running the operator itself: health and metrics endpoints (and who may
-//! read the metrics), leader election.
+//! read the metrics), leader election, and the authorization decisions the
+//! metrics and instance gates cache.
 
+pub mod decisions;
 pub mod health;
 pub mod http_server;
 pub mod leader;

@@ -1,0 +1,96 @@
+//! `tinycode-operator gate`: the flags of the instance pod's authorization
+//! gate ([`crate::gate`]). They are the subcommand's own, not global
+//! settings: the instance pod runs the operator image with this subcommand
+//! only, and `run` never reads them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use clap::builder::TypedValueParser;
+
+use crate::gate::{self, Mode, Prefixes, Target};
+
+/// The gate's flags. (The operator's global settings are accepted too,
+/// listed under Options, and ignored but for `--log-json`.)
+#[derive(Args, Debug, Clone, PartialEq, Eq)]
+#[command(next_help_heading = "Gate options")]
+pub struct GateArgs {
+    /// Address the gate listens on (the sign-in proxy's upstream).
+    #[arg(long, default_value = "127.0.0.1:4181")]
+    pub listen: SocketAddr,
+    /// The tinycode server (http://host:port) allowed requests go to.
+    #[arg(long, default_value = "http://127.0.0.1:4096")]
+    pub upstream: String,
+    /// Namespace of the TinycodeInstance.
+    #[arg(long)]
+    pub namespace: String,
+    /// Name of the TinycodeInstance users need `use` on.
+    #[arg(long)]
+    pub instance: String,
+    /// oidc: oauth2-proxy's X-Forwarded-User/-Groups, checked with a
+    /// SubjectAccessReview; openshift: oauth-proxy's X-Forwarded-Access-Token,
+    /// checked with a SelfSubjectAccessReview made with it.
+    #[arg(long, value_enum)]
+    pub mode: Mode,
+    /// Put before the user name (the cluster's OIDC username prefix, e.g. "oidc:").
+    #[arg(long, default_value = "")]
+    pub username_prefix: String,
+    /// Put before each group (the cluster's OIDC groups prefix).
+    #[arg(long, default_value = "")]
+    pub groups_prefix: String,
+    /// Seconds a decision (allowed or refused) is remembered; at most 60.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=gate::MAX_CACHE_SECONDS))]
+    pub cache_seconds: u64,
+    /// The gate's ServiceAccount token for its SubjectAccessReviews (oidc),
+    /// re-read as it rotates.
+    #[arg(long, default_value = "/var/run/secrets/tinycode/gate/token")]
+    pub token_file: PathBuf,
+    /// CA bundle of the apiserver's certificate.
+    #[arg(long, default_value = "/var/run/secrets/tinycode/gate/ca.crt")]
+    pub ca_file: PathBuf,
+    /// The apiserver [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT].
+    #[arg(long)]
+    pub api_server: Option<String>,
+    /// The tinycode server's password, sent as Basic auth (user tinycode)
+    /// when the file exists; "" sends none.
+    #[arg(
+        long,
+        default_value = "/var/run/secrets/tinycode/gate/password",
+        value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
+    )]
+    pub password_file: PathBuf,
+}
+
+impl GateArgs {
+    pub fn to_settings(&self) -> gate::Settings {
+        let nonempty = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
+        gate::Settings {
+            listen: self.listen,
+            upstream: self.upstream.clone(),
+            target: Target { namespace: self.namespace.clone(), instance: self.instance.clone() },
+            mode: self.mode,
+            prefixes: Prefixes { user: self.username_prefix.clone(), groups: self.groups_prefix.clone() },
+            cache_ttl: Duration::from_secs(self.cache_seconds),
+            token_file: self.token_file.clone(),
+            ca_file: self.ca_file.clone(),
+            api_server: self.api_server.clone().filter(|s| !s.is_empty()),
+            password_file: nonempty(&self.password_file),
+        }
+    }
+}
+
+/// Runs the gate until a signal; exit code 1 when it cannot start.
+pub fn command(args: &GateArgs, log_json: bool) -> ExitCode {
+    super::run::init_logging(log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(gate::run(args.to_settings())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "gate: cannot start");
+            ExitCode::from(1)
+        }
+    }
+}

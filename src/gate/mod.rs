@@ -1,0 +1,226 @@
+//! `tinycode-operator gate`: the authorization gate in an instance pod with
+//! sign-in, between the sign-in proxy and the tinycode server:
+//!
+//! ```text
+//! oauth2-proxy / oauth-proxy (public port) → gate (127.0.0.1:4181) → tinycode server (127.0.0.1:4096)
+//! ```
+//!
+//! The proxy in front authenticates the user; the gate asks the apiserver
+//! whether that user may `use` this TinycodeInstance (verb `use` on
+//! `tinycodeinstances.tinycode.dev`, the instance's name, its namespace), so
+//! who may open an instance is plain RBAC: a RoleBinding in the namespace.
+//!
+//! | request                                              | answer                        |
+//! |------------------------------------------------------|-------------------------------|
+//! | `GET /tinycode-gate/healthz`                         | 200 `ok` (no sign-in needed)  |
+//! | no user (oidc) or no access token (openshift)        | 401                           |
+//! | an identity header over 8 KiB                        | 431                           |
+//! | a malformed one (65+ groups, a group over 256 bytes) | 400                           |
+//! | a token the apiserver does not accept (openshift)    | 401                           |
+//! | a user not allowed `use`                             | 403, naming the user and the fix |
+//! | the review failed or took over 5 s                   | 503 (fail closed)             |
+//! | an allowed user                                      | the tinycode server's answer  |
+//!
+//! Refused requests never reach the server. Decisions (allowed and
+//! refused) are cached for `--cache-seconds` (at most 60, so a revoked
+//! RoleBinding takes effect within a minute) by the SHA-256 of the user and
+//! groups or of the token, never the token; a failed review is not cached.
+//! Allowed requests lose the caller's Authorization and
+//! X-Forwarded-Access-Token headers and carry the server's password instead
+//! (`--password-file`), so the user never needs it.
+
+pub mod identity;
+pub mod proxy;
+pub mod review;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use tokio::net::TcpListener;
+
+pub use identity::{Mode, Prefixes, Refusal, Subject};
+pub use proxy::{Password, Upstream};
+pub use review::{ApiAccess, KubeReviewer, Reviewer, Target};
+
+use crate::ops::decisions::{DecisionCache, Decisions};
+use crate::ops::http_server::{self, Limits};
+
+/// Answered by the gate itself, without sign-in, for the kubelet's probes.
+pub const HEALTH_PATH: &str = "/tinycode-gate/healthz";
+/// Decisions remembered at once.
+pub const MAX_CACHED: usize = 4096;
+/// The longest `--cache-seconds`: a revoked RoleBinding must take effect within a minute.
+pub const MAX_CACHE_SECONDS: u64 = 60;
+
+/// What the gate's listener allows. Its only client is the proxy in the
+/// same pod (the listener is on loopback), which holds a connection per
+/// open WebSocket or event stream; a kept-alive connection may idle longer
+/// than Go's default 90 s, so the proxy closes idle connections first.
+pub const LIMITS: Limits = Limits {
+    header_read_timeout: Duration::from_secs(120),
+    // Unused by the gate: streams and WebSockets last as long as they last.
+    request_timeout: Duration::from_secs(0),
+    max_connections: 1024,
+    max_connections_per_peer: 1024,
+};
+
+/// Who may pass, with decisions cached.
+pub struct Gate {
+    mode: Mode,
+    prefixes: Prefixes,
+    reviewer: Arc<dyn Reviewer>,
+    decisions: Decisions,
+}
+
+/// What the gate does with a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass(Subject),
+    /// Refused; the subject when the headers named one.
+    Refuse(Refusal, Option<Subject>),
+}
+
+impl Gate {
+    /// Decisions are kept for `ttl`, allowed and refused alike.
+    pub fn new(mode: Mode, prefixes: Prefixes, reviewer: Arc<dyn Reviewer>, ttl: Duration) -> Self {
+        Gate { mode, prefixes, reviewer, decisions: Decisions::new(DecisionCache::new(MAX_CACHED, ttl, ttl)) }
+    }
+
+    /// Checks a request's headers, from the cache when it can.
+    pub async fn check(&self, headers: &HeaderMap) -> Verdict {
+        let subject = match identity::subject(self.mode, headers, &self.prefixes) {
+            Ok(subject) => subject,
+            Err(refusal) => return Verdict::Refuse(refusal, None),
+        };
+        let decision = match self.decisions.decide(subject.key(), || self.reviewer.review(&subject)).await {
+            Ok(decision) => decision,
+            Err(e) => {
+                tracing::warn!(user = subject.display_name(), error = %e, "gate: cannot review the user's access");
+                return Verdict::Refuse(Refusal::Unavailable, Some(subject));
+            }
+        };
+        match identity::outcome(decision) {
+            Ok(()) => Verdict::Pass(subject),
+            Err(refusal) => Verdict::Refuse(refusal, Some(subject)),
+        }
+    }
+}
+
+/// The gate and where it sends what it lets through.
+pub struct GateService {
+    gate: Gate,
+    upstream: Upstream,
+    target: Target,
+}
+
+impl GateService {
+    pub fn new(gate: Gate, upstream: Upstream, target: Target) -> Self {
+        GateService { gate, upstream, target }
+    }
+
+    /// The answer to one request.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        if req.uri().path() == HEALTH_PATH {
+            return match *req.method() {
+                Method::GET | Method::HEAD => proxy::text(StatusCode::OK, "ok"),
+                _ => proxy::text(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD\n"),
+            };
+        }
+        match self.gate.check(req.headers()).await {
+            Verdict::Pass(subject) => {
+                tracing::debug!(user = subject.display_name(), "gate: allowed");
+                self.upstream.forward(req).await
+            }
+            Verdict::Refuse(refusal, subject) => {
+                let user = subject.as_ref().map_or("", Subject::display_name);
+                tracing::debug!(user, ?refusal, "gate: refused");
+                let body = identity::message(refusal, subject.as_ref(), &self.target.namespace, &self.target.instance);
+                proxy::text(refusal.status(), body)
+            }
+        }
+    }
+}
+
+/// Serves `service` on `listener`, forever: HTTP/1 with upgrades.
+pub async fn serve(listener: TcpListener, service: Arc<GateService>) {
+    let builder = http_server::http1_builder(&LIMITS);
+    http_server::accept(listener, LIMITS, move |io| {
+        let service = service.clone();
+        let handler = service_fn(move |req| {
+            let service = service.clone();
+            async move { Ok::<_, Infallible>(service.handle(req).await) }
+        });
+        builder.serve_connection(io, handler).with_upgrades()
+    })
+    .await
+}
+
+/// The gate's settings (`tinycode-operator gate`).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// `http://host:port` of the tinycode server.
+    pub upstream: String,
+    pub target: Target,
+    pub mode: Mode,
+    pub prefixes: Prefixes,
+    pub cache_ttl: Duration,
+    /// The ServiceAccount token (oidc only).
+    pub token_file: PathBuf,
+    pub ca_file: PathBuf,
+    /// `None`: from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
+    pub api_server: Option<String>,
+    /// `None`: the server gets no password.
+    pub password_file: Option<PathBuf>,
+}
+
+/// Builds the gate from `settings` and serves until SIGTERM or SIGINT; an
+/// error says what could not be set up.
+pub async fn run(settings: Settings) -> Result<(), String> {
+    if settings.target.namespace.is_empty() || settings.target.instance.is_empty() {
+        return Err("--namespace and --instance must name the instance".into());
+    }
+    if settings.cache_ttl > Duration::from_secs(MAX_CACHE_SECONDS) {
+        return Err(format!("--cache-seconds must be at most {MAX_CACHE_SECONDS}"));
+    }
+    let server = match &settings.api_server {
+        Some(server) => server.clone(),
+        None => review::in_cluster_server()?,
+    };
+    // openshift reviews carry the user's own token; the gate sends none.
+    let token_file = (settings.mode == Mode::Oidc).then_some(settings.token_file.as_path());
+    let client = review::kube_client(&ApiAccess { server: &server, ca_file: &settings.ca_file, token_file })?;
+    let reviewer = Arc::new(KubeReviewer::new(client, settings.target.clone()));
+    let upstream = Upstream::new(&settings.upstream, Password::new(settings.password_file.clone()))?;
+    let gate = Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl);
+    let service = Arc::new(GateService::new(gate, upstream, settings.target.clone()));
+    let listener =
+        TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    tracing::info!(
+        listen = %settings.listen,
+        upstream = %settings.upstream,
+        mode = ?settings.mode,
+        namespace = %settings.target.namespace,
+        instance = %settings.target.instance,
+        api_server = %server,
+        "gate: serving"
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = serve(listener, service) => {}
+        _ = term.recv() => tracing::info!("SIGTERM: gate stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: gate stopping"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

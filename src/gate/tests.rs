@@ -1,0 +1,328 @@
+//! The gate end to end on loopback: a fake reviewer, a stand-in tinycode
+//! server, and requests written by hand.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, header};
+use futures::future::BoxFuture;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::ops::decisions::Decision;
+
+/// Generous bound for anything that should happen "soon" on a busy machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Allows the users and tokens it is given, forbids the rest; counts the
+/// reviews asked; fails every review while `down`.
+struct Fake {
+    allowed: HashSet<&'static str>,
+    calls: AtomicUsize,
+    down: bool,
+}
+
+impl Fake {
+    fn new(allowed: &[&'static str]) -> Arc<Self> {
+        Arc::new(Fake { allowed: allowed.iter().copied().collect(), calls: AtomicUsize::new(0), down: false })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Reviewer for Fake {
+    fn review<'a>(&'a self, subject: &'a Subject) -> BoxFuture<'a, Result<Decision, String>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let who = match subject {
+            Subject::User { name, .. } => name.as_str(),
+            Subject::Token { token, .. } => token.as_str(),
+        };
+        let answer = if self.down {
+            Err("apiserver unreachable".to_string())
+        } else if self.allowed.contains(who) {
+            Ok(Decision::Allowed)
+        } else {
+            Ok(Decision::Forbidden)
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+/// What the stand-in server was sent.
+#[derive(Default)]
+struct Seen {
+    requests: Mutex<Vec<(String, HeaderMap)>>,
+}
+
+impl Seen {
+    fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+
+    fn last(&self) -> (String, HeaderMap) {
+        self.requests.lock().unwrap().last().cloned().expect("the server saw a request")
+    }
+}
+
+/// A stand-in tinycode server on 127.0.0.1: `/ws` upgrades to an echo,
+/// `/events` streams one event per message sent on `events`, anything
+/// else answers `hello from tinycode`.
+async fn stand_in(events: mpsc::Receiver<Bytes>) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let events = Arc::new(Mutex::new(Some(events)));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (record, events) = (record.clone(), events.clone());
+            let service = service_fn(move |mut req: Request<Incoming>| {
+                record.requests.lock().unwrap().push((req.uri().path().to_string(), req.headers().clone()));
+                let events = events.clone();
+                async move {
+                    let resp = match req.uri().path() {
+                        "/ws" => {
+                            let upgrade = hyper::upgrade::on(&mut req);
+                            tokio::spawn(async move {
+                                let mut io = TokioIo::new(upgrade.await.unwrap());
+                                let mut buf = [0u8; 256];
+                                loop {
+                                    match io.read(&mut buf).await {
+                                        Ok(0) | Err(_) => return,
+                                        Ok(n) => io.write_all(&buf[..n]).await.unwrap(),
+                                    }
+                                }
+                            });
+                            Response::builder()
+                                .status(StatusCode::SWITCHING_PROTOCOLS)
+                                .header(header::CONNECTION, "upgrade")
+                                .header(header::UPGRADE, "websocket")
+                                .body(Body::empty())
+                                .unwrap()
+                        }
+                        "/events" => {
+                            let rx = events.lock().unwrap().take().expect("one event stream");
+                            let stream = futures::stream::unfold(rx, |mut rx| async move {
+                                rx.recv().await.map(|event| (Ok::<_, Infallible>(event), rx))
+                            });
+                            Response::builder()
+                                .header(header::CONTENT_TYPE, "text/event-stream")
+                                .body(Body::from_stream(stream))
+                                .unwrap()
+                        }
+                        _ => Response::new(Body::from("hello from tinycode")),
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades());
+        }
+    });
+    (addr, seen)
+}
+
+/// A gate on 127.0.0.1 in front of `upstream`, whose password is `pw`.
+async fn gate(mode: Mode, reviewer: Arc<Fake>, ttl: Duration, upstream: SocketAddr) -> (SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "pw").unwrap();
+    let upstream = Upstream::new(&format!("http://{upstream}"), Password::new(Some(password))).unwrap();
+    let target = Target { namespace: "team-a".into(), instance: "ide".into() };
+    let gate = Gate::new(mode, Prefixes::default(), reviewer, ttl);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, Arc::new(GateService::new(gate, upstream, target))));
+    (addr, dir)
+}
+
+/// One `GET path` with `headers` and `Connection: close`; the whole raw response.
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: ide.example.com\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = Vec::new();
+    tokio::time::timeout(PATIENCE, s.read_to_end(&mut resp)).await.expect("no answer").unwrap();
+    String::from_utf8_lossy(&resp).into_owned()
+}
+
+/// Reads from `s` until `needle` has arrived; all read so far.
+async fn read_until(s: &mut TcpStream, needle: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains(needle) {
+        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{needle:?} never came; got {:?}", String::from_utf8_lossy(&got)))
+            .unwrap();
+        assert!(n > 0, "closed before {needle:?}; got {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn allowed_users_reach_the_server_with_its_password_and_others_never_do() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let fake = Fake::new(&["alice"]);
+    let (addr, _dir) = gate(Mode::Oidc, fake.clone(), Duration::from_secs(1), upstream).await;
+
+    // The probe needs no sign-in and asks nobody.
+    let probe = get(addr, HEALTH_PATH, &[]).await;
+    assert!(probe.starts_with("HTTP/1.1 200") && probe.ends_with("\r\n\r\nok"), "{probe}");
+
+    // No user: 401 without a review.
+    let anonymous = get(addr, "/", &[("Authorization", "Basic dGlueWNvZGU6Z3Vlc3M=")]).await;
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    assert_eq!((fake.calls(), seen.count()), (0, 0));
+
+    // Allowed: the server's answer; the server saw its password, not the caller's credentials.
+    let alice = [
+        ("X-Forwarded-User", "alice"),
+        ("X-Forwarded-Groups", "dev,ops"),
+        ("X-Forwarded-Access-Token", "sha256~must-not-leak"),
+        ("Authorization", "Bearer users-id-token"),
+    ];
+    let resp = get(addr, "/session?id=1", &alice).await;
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("hello from tinycode"), "{resp}");
+    let (path, headers) = seen.last();
+    assert_eq!(path, "/session");
+    assert_eq!(headers[header::AUTHORIZATION], "Basic dGlueWNvZGU6cHc=", "base64(tinycode:pw)");
+    assert!(headers.get("x-forwarded-access-token").is_none(), "{headers:?}");
+    assert_eq!(headers["x-forwarded-user"], "alice");
+    assert_eq!(headers[header::HOST], "ide.example.com");
+    assert_eq!(fake.calls(), 1);
+
+    // Within the time to live: no second review.
+    let again = get(addr, "/", &alice).await;
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    assert_eq!((fake.calls(), seen.count()), (1, 2));
+
+    // Denied: 403 naming the user; the server saw nothing.
+    let mallory = get(addr, "/", &[("X-Forwarded-User", "mallory")]).await;
+    assert!(mallory.starts_with("HTTP/1.1 403"), "{mallory}");
+    assert!(mallory.contains("mallory") && mallory.contains("RoleBinding"), "{mallory}");
+    assert_eq!((fake.calls(), seen.count()), (2, 2));
+    let mallory = get(addr, "/", &[("X-Forwarded-User", "mallory")]).await;
+    assert!(mallory.starts_with("HTTP/1.1 403"), "{mallory}");
+    assert_eq!((fake.calls(), seen.count()), (2, 2), "a refusal is cached too");
+
+    // After the time to live the user is reviewed again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let later = get(addr, "/", &alice).await;
+    assert!(later.starts_with("HTTP/1.1 200"), "{later}");
+    assert_eq!((fake.calls(), seen.count()), (3, 3));
+}
+
+#[tokio::test]
+async fn a_websocket_upgrade_passes_through_and_echoes() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let (addr, _dir) = gate(Mode::Oidc, Fake::new(&["alice"]), Duration::from_secs(30), upstream).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: ide.example.com\r\nX-Forwarded-User: alice\r\n\
+          Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let head = read_until(&mut s, "\r\n\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("upgrade: websocket"), "{head}");
+    let (_, headers) = seen.last();
+    assert_eq!(headers[header::UPGRADE], "websocket");
+    assert!(headers.get("sec-websocket-key").is_some());
+    for message in ["first frame", "second frame"] {
+        s.write_all(message.as_bytes()).await.unwrap();
+        let echoed = read_until(&mut s, message).await;
+        assert_eq!(echoed, message);
+    }
+}
+
+#[tokio::test]
+async fn denied_upgrades_never_reach_the_server() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let (addr, _dir) = gate(Mode::Oidc, Fake::new(&["alice"]), Duration::from_secs(30), upstream).await;
+    let resp = get(addr, "/ws", &[("X-Forwarded-User", "mallory"), ("Upgrade", "websocket")]).await;
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert_eq!(seen.count(), 0);
+}
+
+#[tokio::test]
+async fn events_stream_through_without_buffering() {
+    let (events, rx) = mpsc::channel(4);
+    let (upstream, _seen) = stand_in(rx).await;
+    let (addr, _dir) = gate(Mode::Oidc, Fake::new(&["alice"]), Duration::from_secs(30), upstream).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: ide.example.com\r\nX-Forwarded-User: alice\r\n\r\n").await.unwrap();
+    // Each event arrives while the stream is still open: the next one is
+    // sent only after the previous one was read through the gate.
+    events.send(Bytes::from_static(b"data: one\n\n")).await.unwrap();
+    let first = read_until(&mut s, "data: one").await;
+    assert!(first.starts_with("HTTP/1.1 200") && first.contains("text/event-stream"), "{first}");
+    events.send(Bytes::from_static(b"data: two\n\n")).await.unwrap();
+    read_until(&mut s, "data: two").await;
+}
+
+#[tokio::test]
+async fn openshift_mode_reviews_the_token_and_never_passes_it_on() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let fake = Fake::new(&["sha256~alices-token"]);
+    let (addr, _dir) = gate(Mode::Openshift, fake.clone(), Duration::from_secs(30), upstream).await;
+    let user_only = get(addr, "/", &[("X-Forwarded-User", "alice")]).await;
+    assert!(user_only.starts_with("HTTP/1.1 401"), "a user without a token: {user_only}");
+    let ok =
+        get(addr, "/", &[("X-Forwarded-User", "alice"), ("X-Forwarded-Access-Token", "sha256~alices-token")]).await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let (_, headers) = seen.last();
+    assert!(headers.get("x-forwarded-access-token").is_none(), "{headers:?}");
+    assert_eq!(headers[header::AUTHORIZATION], "Basic dGlueWNvZGU6cHc=");
+    let denied = get(addr, "/", &[("X-Forwarded-User", "bob"), ("X-Forwarded-Access-Token", "sha256~bobs")]).await;
+    assert!(denied.starts_with("HTTP/1.1 403") && denied.contains("bob"), "{denied}");
+    assert_eq!((fake.calls(), seen.count()), (2, 1));
+}
+
+#[tokio::test]
+async fn a_failed_review_is_503_not_cached_and_never_reaches_the_server() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let fake = Arc::new(Fake { allowed: ["alice"].into_iter().collect(), calls: AtomicUsize::new(0), down: true });
+    let (addr, _dir) = gate(Mode::Oidc, fake.clone(), Duration::from_secs(30), upstream).await;
+    for _ in 0..2 {
+        let resp = get(addr, "/", &[("X-Forwarded-User", "alice")]).await;
+        assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    }
+    assert_eq!((fake.calls(), seen.count()), (2, 0), "asked again each time, never passed on");
+}
+
+#[tokio::test]
+async fn the_gate_verdicts_follow_headers_and_decisions() {
+    let fake = Fake::new(&["oidc:alice"]);
+    let prefixes = Prefixes { user: "oidc:".into(), groups: "oidc:".into() };
+    let gate = Gate::new(Mode::Oidc, prefixes, fake.clone(), Duration::from_secs(30));
+    let mut h = HeaderMap::new();
+    assert_eq!(gate.check(&h).await, Verdict::Refuse(Refusal::NoIdentity, None));
+    h.insert(identity::USER_HEADER, "alice".parse().unwrap());
+    h.insert(identity::GROUPS_HEADER, "dev".parse().unwrap());
+    let alice = Subject::User { name: "oidc:alice".into(), groups: vec!["oidc:dev".into()] };
+    assert_eq!(gate.check(&h).await, Verdict::Pass(alice));
+    h.insert(identity::USER_HEADER, "bob".parse().unwrap());
+    assert!(matches!(gate.check(&h).await, Verdict::Refuse(Refusal::Forbidden, Some(_))));
+    assert_eq!(fake.calls(), 2);
+}
