@@ -179,10 +179,12 @@ install_manager() {
 	# The image and the namespace were checked against strict patterns above,
 	# so they are safe in sed.
 	sed -E -e "s|image: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$|image: ${image}|" \
+		-e "s|value: ${PLACEHOLDER_IMAGE}:[0-9][^ ]*\$|value: ${image}|" \
 		-e "/- name: WATCH_NAMESPACE\$/{n;s|${watch}\$|value: \"${WATCH_NAMESPACES}\"|;}" \
 		"$manifest" | apply_stdin "$manifest"
 	log "applied config/manager/manager.yaml (image ${image}; watching ${WATCH_NAMESPACES:-all namespaces})"
 	apply_file "${REPO_ROOT}/config/manager/service.yaml"
+	apply_file "${REPO_ROOT}/config/manager/oidc_relay_service.yaml"
 	apply_file "${REPO_ROOT}/config/manager/network_policy.yaml"
 }
 

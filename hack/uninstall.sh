@@ -112,6 +112,7 @@ delete_instances() {
 remove_manager() {
 	delete_file "${REPO_ROOT}/config/manager/manager.yaml"
 	delete_file "${REPO_ROOT}/config/manager/service.yaml"
+	delete_file "${REPO_ROOT}/config/manager/oidc_relay_service.yaml"
 }
 
 remove_rbac() {

@@ -685,3 +685,156 @@ fn stopped_renders_both_workloads_at_zero_replicas_and_keeps_the_rest() {
     assert_eq!(find(&running, "Deployment", "dev-ollama")["spec"]["replicas"], 1);
     assert_eq!(kinds(&stopped), kinds(&running), "PVCs, Services, the NetworkPolicy... all kept");
 }
+
+/// Operator settings with an OpenID Connect provider, and the endpoints it
+/// would have read.
+fn signin_settings() -> (Settings, Approved) {
+    use tinycode_operator::render::signin::OidcEndpoints;
+    use tinycode_operator::settings::{OidcSettings, SigninSettings, UsernameClaim};
+    let oidc = OidcSettings {
+        issuer_url: "https://idp.example.com".into(),
+        client_id: "tinycode".into(),
+        client_secret_file: "/etc/tinycode-operator/oidc/client-secret".into(),
+        scopes: "openid email profile groups".into(),
+        username_claim: UsernameClaim::Email,
+        username_prefix: String::new(),
+        groups_prefix: String::new(),
+        groups_claim: "groups".into(),
+        relay_url: "http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484".into(),
+    };
+    let settings = Settings { signin: SigninSettings { oidc: Some(oidc), ..Default::default() }, ..Default::default() };
+    let approved = Approved {
+        oidc_endpoints: Some(OidcEndpoints {
+            issuer: "https://idp.example.com".into(),
+            authorization: "https://idp.example.com/auth".into(),
+            token: "https://idp.example.com/token".into(),
+            jwks: "https://idp.example.com/keys".into(),
+        }),
+        ..Default::default()
+    };
+    (settings, approved)
+}
+
+fn render_mode(mode: &str) -> (Values, Vec<Value>) {
+    let (settings, approved) = signin_settings();
+    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({"auth": {"mode": mode}})).unwrap();
+    let instance = InstanceRef { name: "dev", namespace: "team", uid: "u" };
+    render_values(values::build(&instance, &spec, &settings, &approved, None))
+}
+
+fn mounts(ctr: &Value) -> Vec<String> {
+    ctr["volumeMounts"].as_array().into_iter().flatten().map(|m| m["name"].as_str().unwrap().to_string()).collect()
+}
+
+fn args(ctr: &Value) -> Vec<String> {
+    ctr["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn password_mode_exposes_tinycode_itself_and_has_no_proxy() {
+    let (_, docs) = render_mode("password");
+    let deploy = find(&docs, "Deployment", "dev-tinycode");
+    let names: Vec<&str> = deploy["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["tinycode"]);
+    assert_eq!(find(&docs, "Service", "dev-tinycode")["spec"]["ports"][0]["targetPort"], "http");
+    assert_eq!(find(&docs, "NetworkPolicy", "dev-tinycode")["spec"]["ingress"][0]["ports"][0]["port"], 4096);
+    assert!(!kinds(&docs).iter().any(|k| k.contains("access-review")));
+}
+
+#[test]
+fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
+    let (v, docs) = render_mode("oidc");
+    let deploy = find(&docs, "Deployment", "dev-tinycode");
+    let pod = &deploy["spec"]["template"]["spec"];
+    // Only the proxy's port is reachable: the Service (so the Route or
+    // Ingress) and the NetworkPolicy name it, not tinycode's.
+    let service = find(&docs, "Service", "dev-tinycode");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "signin");
+    let policy = find(&docs, "NetworkPolicy", "dev-tinycode");
+    let ports =
+        policy["spec"]["ingress"].as_array().unwrap().iter().flat_map(|r| r["ports"].as_array().unwrap().clone());
+    assert_eq!(ports.map(|p| p["port"].clone()).collect::<Vec<_>>(), vec![json!(4180)]);
+    let proxy = container(deploy, "signin-proxy");
+    assert_eq!(proxy["image"], "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6");
+    assert_eq!(proxy["ports"][0]["containerPort"], 4180);
+    assert_eq!(proxy["ports"][0]["name"], "signin");
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/ping");
+    assert_eq!(args(proxy), v.auth.proxy.args);
+    assert!(
+        args(proxy).contains(
+            &"--redeem-url=http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484/oidc/token/team/dev"
+                .to_string()
+        )
+    );
+    let gate = container(deploy, "gate");
+    assert_eq!(args(gate)[0], "gate");
+    assert!(args(gate).contains(&"--mode=oidc".to_string()));
+    // Volumes only where they belong: the token, CA and password in the gate,
+    // the cookie secret and relay credential in the proxy, none of them in tinycode.
+    assert_eq!(mounts(gate), vec!["gate"]);
+    assert_eq!(mounts(proxy), vec!["signin"]);
+    let tinycode = container(deploy, "tinycode");
+    assert!(!mounts(tinycode).iter().any(|m| m == "gate" || m == "signin"));
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let volume = |name: &str| pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().unwrap();
+    let sources = volume("gate")["projected"]["sources"].as_array().unwrap().clone();
+    assert!(sources.iter().any(|s| s["serviceAccountToken"]["path"] == "token"));
+    assert!(sources.iter().any(|s| s["secret"]["name"] == "dev-tinycode-password"));
+    assert_eq!(volume("signin")["secret"]["secretName"], "dev-tinycode-signin");
+    // The gate's ServiceAccount may ask SubjectAccessReviews, nothing else.
+    let crb = find(&docs, "ClusterRoleBinding", &naming::access_review_binding("team", "dev"));
+    assert_eq!(crb["roleRef"]["name"], naming::ACCESS_REVIEWER_ROLE);
+    assert_eq!(crb["subjects"][0]["name"], "dev-tinycode");
+    assert_eq!(crb["subjects"][0]["namespace"], "team");
+}
+
+#[test]
+fn openshift_mode_uses_the_service_account_as_oauth_client() {
+    let (v, docs) = render_mode("openshift");
+    let deploy = find(&docs, "Deployment", "dev-tinycode");
+    let proxy = container(deploy, "signin-proxy");
+    assert_eq!(proxy["image"], "quay.io/openshift/origin-oauth-proxy:4.16");
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/oauth/healthz");
+    assert_eq!(mounts(proxy), vec!["signin", "signin-client"]);
+    let gate = container(deploy, "gate");
+    assert!(args(gate).contains(&"--mode=openshift".to_string()));
+    // The gate asks with the user's token: no ServiceAccount token of its own.
+    let pod = &deploy["spec"]["template"]["spec"];
+    let gate_volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "gate").unwrap();
+    assert!(
+        !gate_volume["projected"]["sources"].as_array().unwrap().iter().any(|s| s.get("serviceAccountToken").is_some())
+    );
+    assert!(!kinds(&docs).iter().any(|k| k.contains("access-review")));
+    let sa = find(&docs, "ServiceAccount", "dev-tinycode");
+    let reference: Value = serde_json::from_str(
+        sa["metadata"]["annotations"]["serviceaccounts.openshift.io/oauth-redirectreference.primary"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(reference["reference"], json!({"kind": "Route", "name": naming::route("dev")}));
+    assert_eq!(args(proxy), v.auth.proxy.args);
+}
+
+/// Every flag the OpenShift mode gives oauth-proxy is one that proxy defines
+/// (tools/tests/data/openshift-oauth-proxy-flags.txt, read from its source).
+#[test]
+fn openshift_proxy_arguments_are_flags_oauth_proxy_defines() {
+    let known: std::collections::BTreeSet<String> =
+        std::fs::read_to_string(root().join("tools/tests/data/openshift-oauth-proxy-flags.txt"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("--"))
+            .map(str::to_string)
+            .collect();
+    assert!(known.len() > 40, "the flag list was read");
+    let (v, _) = render_mode("openshift");
+    for arg in &v.auth.proxy.args {
+        let flag = arg.split('=').next().unwrap();
+        assert!(known.contains(flag), "{flag} is not a flag of OpenShift's oauth-proxy");
+    }
+    assert!(!known.contains("--no-such-flag"));
+}

@@ -37,6 +37,7 @@ pub const OPENSHIFT_VERSIONS: &str = "v4.16";
 
 const MANAGER_YAML: &str = include_str!("../../../config/manager/manager.yaml");
 const METRICS_SERVICE_YAML: &str = include_str!("../../../config/manager/service.yaml");
+const RELAY_SERVICE_YAML: &str = include_str!("../../../config/manager/oidc_relay_service.yaml");
 const USER_ROLES_YAML: &str = include_str!("../../../config/rbac/user_role.yaml");
 const METRICS_READER_YAML: &str = include_str!("../../../config/prometheus/metrics_reader_role.yaml");
 
@@ -161,7 +162,10 @@ pub fn files() -> Vec<BundleFile> {
     // binds instances to, the discovery ClusterRole bound per namespace, the
     // self-service user roles, and the ClusterRole a scraper of /metrics is
     // bound to (the operator authorizes scrapes with SubjectAccessReviews).
-    let mut extras = vec![strip_namespace(one_doc(METRICS_SERVICE_YAML, "config/manager/service.yaml"))];
+    let mut extras = vec![
+        strip_namespace(one_doc(METRICS_SERVICE_YAML, "config/manager/service.yaml")),
+        strip_namespace(one_doc(RELAY_SERVICE_YAML, "config/manager/oidc_relay_service.yaml")),
+    ];
     extras.extend(ALL_TIERS.map(|tier| tier.use_role_manifest()));
     extras.push(rbac::discovery_cluster_role_manifest());
     extras.push(rbac::access_reviewer_cluster_role_manifest());

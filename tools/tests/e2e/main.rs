@@ -12,6 +12,7 @@ mod install_modes;
 mod kubernetes;
 mod lifecycle;
 mod requests;
+mod signin;
 #[path = "../../../tests/support/vllm_standin.rs"]
 mod standin;
 mod tenancy;
@@ -36,6 +37,7 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use lifecycle::*;
 use requests::*;
 use serde_json::{Value, json};
+use signin::*;
 use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::platform::openshift::{Route, SecurityContextConstraints, scc_manifest};
@@ -194,6 +196,7 @@ fn main() {
         a_63_character_name_runs,
         storage_is_fixed_at_creation,
         a_single_namespace_operator_leaves_other_namespaces_alone,
+        oidc_sign_in_admits_only_users_allowed_use,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,
         k8s_basic_instance_gets_an_ingress,
