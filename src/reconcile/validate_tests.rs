@@ -356,3 +356,108 @@ fn discovery_outside_the_watched_namespace_is_named_as_such() {
     let valid = validate(&observed(), &instance(spec), &Settings::default(), Vec::new()).unwrap();
     assert!(valid.warnings.iter().all(|w| w.contains("does not carry the label")), "{:?}", valid.warnings);
 }
+
+fn oidc_settings() -> Settings {
+    let oidc = crate::settings::OidcSettings {
+        issuer_url: "https://idp.example.com".into(),
+        client_id: "tinycode".into(),
+        client_secret_file: "/nonexistent".into(),
+        scopes: "openid".into(),
+        username_claim: crate::settings::UsernameClaim::Email,
+        username_prefix: String::new(),
+        groups_claim: "groups".into(),
+        groups_prefix: String::new(),
+        relay_url: "http://relay:8484".into(),
+    };
+    Settings {
+        signin: crate::settings::SigninSettings { oidc: Some(oidc), ..Default::default() },
+        ..Default::default()
+    }
+}
+
+fn endpoints() -> crate::render::signin::OidcEndpoints {
+    crate::render::signin::OidcEndpoints {
+        issuer: "https://idp.example.com".into(),
+        authorization: "https://idp.example.com/auth".into(),
+        token: "https://idp.example.com/token".into(),
+        jwks: "https://idp.example.com/keys".into(),
+    }
+}
+
+fn signin_facts(
+    current: Option<&[(&str, &str)]>,
+    credential: Result<&str, &str>,
+) -> crate::reconcile::observe::SigninFacts {
+    crate::reconcile::observe::SigninFacts {
+        current: current.map(|c| c.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        fresh_cookie: current.is_none().then(|| "C".repeat(32)),
+        relay_credential: Some(credential.map(str::to_string).map_err(str::to_string)),
+        endpoints: Some(Ok(endpoints())),
+    }
+}
+
+#[test]
+fn sign_in_modes_are_refused_where_they_cannot_work() {
+    let oidc = serde_json::json!({"auth": {"mode": "oidc"}});
+    let openshift = serde_json::json!({"auth": {"mode": "openshift"}});
+    let kubernetes = Settings { platform: Platform::KUBERNETES, ..Default::default() };
+    let refused = |spec: &serde_json::Value, settings: &Settings, obs: &Observed| {
+        validate(obs, &instance(spec.clone()), settings, Vec::new()).map(|_| ()).map_err(|e| e.reason)
+    };
+    assert_eq!(refused(&openshift, &kubernetes, &observed()), Err(Blocked::SignInUnsupported));
+    assert_eq!(refused(&oidc, &Settings::default(), &observed()), Err(Blocked::SignInNotConfigured));
+    let mut unreachable = observed();
+    unreachable.signin = Some(crate::reconcile::observe::SigninFacts {
+        endpoints: Some(Err("GET https://idp.example.com/.well-known/openid-configuration: timed out".into())),
+        ..signin_facts(None, Ok("trc1.x"))
+    });
+    assert_eq!(refused(&oidc, &oidc_settings(), &unreachable), Err(Blocked::SignInUnavailable));
+    let mut no_secret = observed();
+    no_secret.signin = Some(signin_facts(None, Err("cannot read the OIDC client secret")));
+    assert_eq!(refused(&oidc, &oidc_settings(), &no_secret), Err(Blocked::SignInUnavailable));
+    // Offline (`tinycode-operator values`) checks the mode the same way.
+    let offline = Observed { offline: true, ..observed() };
+    assert_eq!(refused(&oidc, &Settings::default(), &offline), Err(Blocked::SignInNotConfigured));
+}
+
+#[test]
+fn the_sign_in_secret_keeps_its_cookie_and_follows_the_credential() {
+    let oidc = instance(serde_json::json!({"auth": {"mode": "oidc"}}));
+    let run = |facts| {
+        let mut obs = observed();
+        obs.signin = Some(facts);
+        validate(&obs, &oidc, &oidc_settings(), Vec::new()).unwrap().signin.unwrap()
+    };
+    // Missing: created with a fresh cookie secret and the credential.
+    let first = run(signin_facts(None, Ok("trc1.aa")));
+    assert!(first.write);
+    assert_eq!(first.data.get("cookie-secret").map(String::len), Some(32));
+    assert_eq!(first.data.get("relay-credential").map(String::as_str), Some("trc1.aa"));
+    assert_eq!(first.endpoints, Some(endpoints()));
+    // Up to date: nothing to write.
+    let cookie = "k".repeat(32);
+    let same = run(signin_facts(Some(&[("cookie-secret", &cookie), ("relay-credential", "trc1.aa")]), Ok("trc1.aa")));
+    assert!(!same.write);
+    // A rotated client secret: the credential changes, the cookie (sessions) stays.
+    let rotated =
+        run(signin_facts(Some(&[("cookie-secret", &cookie), ("relay-credential", "trc1.aa")]), Ok("trc1.bb")));
+    assert!(rotated.write);
+    assert_eq!(rotated.data.get("cookie-secret"), Some(&cookie));
+    assert_eq!(rotated.data.get("relay-credential").map(String::as_str), Some("trc1.bb"));
+    // openshift: a cookie secret only, no credential, no endpoints.
+    let mut obs = observed();
+    obs.signin = Some(crate::reconcile::observe::SigninFacts {
+        relay_credential: None,
+        endpoints: None,
+        ..signin_facts(Some(&[("cookie-secret", &cookie), ("relay-credential", "trc1.aa")]), Ok(""))
+    });
+    let openshift = instance(serde_json::json!({"auth": {"mode": "openshift"}}));
+    let got = validate(&obs, &openshift, &Settings::default(), Vec::new()).unwrap().signin.unwrap();
+    assert!(got.write, "the former oidc credential is dropped");
+    assert_eq!(got.data.keys().collect::<Vec<_>>(), vec!["cookie-secret"]);
+    // Password mode: no sign-in Secret.
+    assert_eq!(
+        validate(&observed(), &instance(serde_json::json!({})), &Settings::default(), Vec::new()).unwrap().signin,
+        None
+    );
+}

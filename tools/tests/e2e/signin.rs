@@ -101,7 +101,7 @@ struct Jar(BTreeMap<String, String>);
 
 impl Jar {
     fn take(&mut self, headers: &[(String, String)]) {
-        for (k, v) in headers.iter().filter(|(k, _)| k == "set-cookie") {
+        for (_, v) in headers.iter().filter(|(k, _)| k == "set-cookie") {
             let pair = v.split(';').next().unwrap_or_default();
             if let Some((name, value)) = pair.split_once('=') {
                 if value.is_empty() {
@@ -110,7 +110,6 @@ impl Jar {
                     self.0.insert(name.to_string(), value.to_string());
                 }
             }
-            let _ = k;
         }
     }
     fn header(&self) -> String {
@@ -402,7 +401,7 @@ async fn signed_in(
         ensure_eq(status, 302, "no session")?;
         let location = header(&headers, "location").unwrap_or_default();
         ensure(
-            location.starts_with(&format!("http://127.0.0.1:")) && location.contains("/authorize"),
+            location.starts_with("http://127.0.0.1:") && location.contains("/authorize"),
             format!("redirected to {location}"),
         )?;
         ensure(
