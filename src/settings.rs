@@ -63,6 +63,44 @@ pub struct Settings {
     pub watch_scope: crate::watch_scope::WatchScope,
     /// Sign-in: proxies, gate and the OpenID Connect provider.
     pub signin: SigninSettings,
+    /// Idle stop: timeouts and the activity checks.
+    pub idle: IdleSettings,
+}
+
+/// Port of an instance pod's activity report (CONTAINER.md, "Activity"),
+/// named `activity` on its Service; only the operator's namespace reaches it.
+pub const ACTIVITY_PORT: u16 = 4097;
+
+/// Idle stop (`spec.idle`), as the cluster-admin sets it.
+#[derive(Clone, Debug)]
+pub struct IdleSettings {
+    /// Timeout of instances that set none; `None`: they never idle.
+    pub default_timeout: Option<Duration>,
+    /// No instance waits longer than this.
+    pub max_timeout: Option<Duration>,
+    /// spec.idle.timeout 0 (off) is not honoured: the default, else the maximum, applies.
+    pub required: bool,
+    /// Where an instance's activity report is read: `{service}`,
+    /// `{namespace}` and `{name}` are replaced.
+    pub url_template: String,
+    /// Every instance with a timeout is checked once per interval, the checks
+    /// spread evenly over it.
+    pub check_interval: Duration,
+    /// Checks in flight at once.
+    pub checks_in_flight: usize,
+}
+
+impl Default for IdleSettings {
+    fn default() -> Self {
+        Self {
+            default_timeout: None,
+            max_timeout: None,
+            required: false,
+            url_template: format!("http://{{service}}.{{namespace}}.svc:{ACTIVITY_PORT}/activity"),
+            check_interval: Duration::from_secs(60),
+            checks_in_flight: 8,
+        }
+    }
 }
 
 /// The gate's image unless told otherwise: the operator image `make image`
@@ -147,6 +185,7 @@ impl Default for Settings {
             leading_since: std::time::Instant::now(),
             watch_scope: crate::watch_scope::WatchScope::All,
             signin: SigninSettings::default(),
+            idle: IdleSettings::default(),
         }
     }
 }

@@ -199,8 +199,28 @@ fn basic_instance_objects() {
     let svc = find(&docs, "Service", "dev-tinycode");
     assert_eq!(svc["spec"]["ports"][0]["port"], 4096);
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
+    // The activity report (idle stop): its own Service port, which the Route
+    // and Ingress do not name, served by the tinycode container.
+    assert_eq!(
+        svc["spec"]["ports"][1],
+        json!({"name": "activity", "port": 4097, "targetPort": "activity", "protocol": "TCP"})
+    );
+    let tinycode = &find(&docs, "Deployment", "dev-tinycode")["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        tinycode["ports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "activity", "containerPort": 4097, "protocol": "TCP"}))
+    );
+    assert!(tinycode["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4097"})));
     let np = find(&docs, "NetworkPolicy", "dev-tinycode");
-    assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 1);
+    assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 2);
+    // Only the operator's namespace reaches the activity port.
+    assert_eq!(
+        np["spec"]["ingress"][1],
+        json!({"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tinycode-operator-system"}}}],
+               "ports": [{"port": 4097, "protocol": "TCP"}]})
+    );
     assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": 4096, "protocol": "TCP"}]));
     assert_eq!(
         np["spec"]["ingress"][0]["from"],
@@ -758,7 +778,8 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     let policy = find(&docs, "NetworkPolicy", "dev-tinycode");
     let ports =
         policy["spec"]["ingress"].as_array().unwrap().iter().flat_map(|r| r["ports"].as_array().unwrap().clone());
-    assert_eq!(ports.map(|p| p["port"].clone()).collect::<Vec<_>>(), vec![json!(4180)]);
+    // The proxy's port, and the activity report for the operator alone.
+    assert_eq!(ports.map(|p| p["port"].clone()).collect::<Vec<_>>(), vec![json!(4180), json!(4097)]);
     let proxy = container(deploy, "signin-proxy");
     assert_eq!(proxy["image"], "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6");
     assert_eq!(proxy["ports"][0]["containerPort"], 4180);
@@ -774,6 +795,14 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     let gate = container(deploy, "gate");
     assert_eq!(args(gate)[0], "gate");
     assert!(args(gate).contains(&"--mode=oidc".to_string()));
+    // The gate serves the activity report (the requests it lets through,
+    // joined with the image's own report, moved to 4098).
+    assert!(args(gate).contains(&"--activity-listen=0.0.0.0:4097".to_string()));
+    assert!(args(gate).contains(&"--activity-report=http://127.0.0.1:4098/activity".to_string()));
+    assert_eq!(gate["ports"], json!([{"name": "activity", "containerPort": 4097, "protocol": "TCP"}]));
+    let tc = container(deploy, "tinycode");
+    assert!(tc["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4098"})));
+    assert!(!tc["ports"].as_array().unwrap().iter().any(|p| p["name"] == "activity"));
     // Volumes only where they belong: the token, CA and password in the gate,
     // the cookie secret and relay credential in the proxy, none of them in tinycode.
     assert_eq!(mounts(gate), vec!["gate"]);

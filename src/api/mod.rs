@@ -57,6 +57,12 @@ pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?
 /// (`app.kubernetes.io/instance`). Names derived from it that would pass their
 /// own limits are shortened with a digest (see [`crate::render::naming::fit`]).
 pub const MAX_NAME_LEN: usize = 63;
+/// A duration as hours, minutes and seconds (`90m`, `1h30m`, `45s`), or `0`.
+pub const DURATION_PATTERN: &str = r"^(0|([0-9]{1,4}h)?([0-9]{1,6}m)?([0-9]{1,8}s)?)$";
+/// Annotation a user sets (to any new value, e.g. the time) to start an
+/// instance the operator stopped for idleness; status.idle.lastHandledStartAt
+/// echoes the value handled.
+pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
 
 /// A tinycode AI coding assistant instance: one Helm release, one Route, one SCC grant.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -179,6 +185,12 @@ pub struct TinycodeInstanceSpec {
     /// starts it again with the same data.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
+
+    /// Stop the instance when nobody has used it for a while (the spec is not
+    /// written: status says it stopped for idleness, and the annotation
+    /// tinycode.dev/start-requested-at or toggling spec.stopped starts it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Idle>,
 }
 
 fn default_image() -> String {

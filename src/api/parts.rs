@@ -192,6 +192,20 @@ pub struct Auth {
     pub password_secret: Option<String>,
 }
 
+/// When an instance unused for a while is stopped.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Idle {
+    /// Stop after this long without activity: no request reached the UI and
+    /// the agent ran no task (for example 30m, 2h or 1h30m). 0 turns idle stop
+    /// off where the cluster-admin allows it (--idle-stop-required). Unset: the
+    /// operator's --idle-timeout. The operator's --idle-timeout-max caps it;
+    /// status.idle.timeout is the timeout in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN), length(min = 1, max = 24))]
+    pub timeout: Option<String>,
+}
+
 /// How users reach an instance's UI.
 #[derive(
     JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, Hash, strum::IntoStaticStr,

@@ -41,6 +41,40 @@ pub struct TinycodeInstanceStatus {
     /// Who may open the UI (spec.auth.mode as applied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthStatus>,
+    /// Idle stop: the timeout in force and whether the operator stopped the
+    /// instance for idleness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleStatus>,
+    /// The last activity the operator knows of when it stopped or started the
+    /// instance (it is not rewritten while the instance runs, to save writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_activity_time: Option<String>,
+}
+
+/// Idle stop, as applied.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleStatus {
+    /// The timeout in force (spec.idle.timeout or the operator's default,
+    /// capped at its maximum), e.g. 2h; "off" when the instance never idles.
+    pub timeout: String,
+    /// The operator stopped the instance for idleness; it stays stopped until
+    /// started (annotation tinycode.dev/start-requested-at, or spec.stopped
+    /// set and cleared).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
+    /// What activity is judged by: "activity report" (the image's own
+    /// report of requests and agent tasks), "requests" (counted by the
+    /// sign-in gate; the image reports nothing), both, or "unknown" (no
+    /// check has answered yet, or the last one failed: never stopped then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub judged_by: String,
+    /// In words: the timeout's origin, and what the last check said.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The last tinycode.dev/start-requested-at value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_start_at: Option<String>,
 }
 
 /// How the UI is protected, and who is let in.
@@ -90,7 +124,8 @@ pub enum Phase {
     Failed,
     Terminating,
     Suspended,
-    /// spec.stopped: the workloads are scaled to zero, everything else is kept.
+    /// spec.stopped, or idle past its timeout: the workloads are scaled to
+    /// zero, everything else is kept.
     Stopped,
 }
 

@@ -62,6 +62,14 @@ pub struct GateArgs {
         value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from)
     )]
     pub password_file: PathBuf,
+    /// Address of the activity report the operator reads for idle stop
+    /// (CONTAINER.md, "Activity"); unset: not served.
+    #[arg(long)]
+    pub activity_listen: Option<SocketAddr>,
+    /// The image's own activity report (http://127.0.0.1:port/activity),
+    /// joined into the gate's; unset or unanswered: requests alone.
+    #[arg(long)]
+    pub activity_report: Option<String>,
 }
 
 impl GateArgs {
@@ -78,6 +86,8 @@ impl GateArgs {
             ca_file: self.ca_file.clone(),
             api_server: self.api_server.clone().filter(|s| !s.is_empty()),
             password_file: nonempty(&self.password_file),
+            activity_listen: self.activity_listen,
+            activity_report: self.activity_report.clone().filter(|s| !s.is_empty()),
         }
     }
 }

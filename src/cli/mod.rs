@@ -172,6 +172,71 @@ pub struct SettingsArgs {
     pub blocked_requeue_seconds: u64,
     #[command(flatten)]
     pub signin: SigninArgs,
+    #[command(flatten)]
+    pub idle: IdleArgs,
+}
+
+/// Idle stop (`spec.idle`): the cluster-admin's default and maximum, and how
+/// activity is read.
+#[derive(Args, Debug, Clone)]
+pub struct IdleArgs {
+    /// Idle timeout of instances that set no spec.idle.timeout (e.g. 8h); 0:
+    /// they never idle.
+    #[arg(long, global = true, env = "TINYCODE_IDLE_TIMEOUT", default_value = "0")]
+    pub idle_timeout: String,
+    /// Longest idle timeout an instance may set (e.g. 24h); 0: no maximum.
+    #[arg(long, global = true, env = "TINYCODE_IDLE_TIMEOUT_MAX", default_value = "0")]
+    pub idle_timeout_max: String,
+    /// Instances may not turn idle stop off (spec.idle.timeout 0): the
+    /// default, else the maximum, applies to them. Needs one of the two.
+    #[arg(long, global = true, env = "TINYCODE_IDLE_STOP_REQUIRED")]
+    pub idle_stop_required: bool,
+    /// Where an instance's activity report is read; {service}, {namespace} and
+    /// {name} are replaced. Addresses are checked as vLLM probes' are
+    /// (never loopback, link-local or metadata; --vllm-allow-loopback for tests).
+    #[arg(
+        long,
+        global = true,
+        env = "TINYCODE_ACTIVITY_URL",
+        default_value = "http://{service}.{namespace}.svc:4097/activity"
+    )]
+    pub activity_url: String,
+    /// Seconds between two activity checks of one instance (checks of all
+    /// instances are spread over this time).
+    #[arg(long, global = true, env = "TINYCODE_ACTIVITY_CHECK_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub activity_check_seconds: u64,
+    /// Activity checks in flight at once.
+    #[arg(long, global = true, env = "TINYCODE_ACTIVITY_CHECKS_IN_FLIGHT", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub activity_checks_in_flight: u64,
+}
+
+impl IdleArgs {
+    fn to_settings(&self) -> Result<crate::settings::IdleSettings, String> {
+        let duration = |flag: &str, v: &str| {
+            crate::reconcile::idle::parse_duration(v.trim())
+                .map(|d| (!d.is_zero()).then_some(d))
+                .ok_or_else(|| format!("{flag} {v:?} must be a duration such as 30m, 8h or 1h30m, or 0"))
+        };
+        let default_timeout = duration("--idle-timeout", &self.idle_timeout)?;
+        let max_timeout = duration("--idle-timeout-max", &self.idle_timeout_max)?;
+        if self.idle_stop_required && default_timeout.is_none() && max_timeout.is_none() {
+            return Err("--idle-stop-required needs --idle-timeout or --idle-timeout-max".into());
+        }
+        let template = self.activity_url.trim();
+        if !(template.starts_with("http://") || template.starts_with("https://")) {
+            return Err(format!("--activity-url {template:?} must be an http(s) URL"));
+        }
+        Ok(crate::settings::IdleSettings {
+            default_timeout,
+            max_timeout,
+            required: self.idle_stop_required,
+            url_template: template.to_string(),
+            check_interval: Duration::from_secs(self.activity_check_seconds),
+            checks_in_flight: self.activity_checks_in_flight as usize,
+        })
+    }
 }
 
 /// Sign-in (`spec.auth.mode` openshift and oidc): the proxies, the gate and the
@@ -473,6 +538,7 @@ impl SettingsArgs {
             // A `run` flag: `run` sets it, other commands watch nothing.
             watch_scope: WatchScope::All,
             signin: self.signin.to_settings(&self.operator_namespace)?,
+            idle: self.idle.to_settings()?,
         })
     }
 }

@@ -29,6 +29,7 @@
 //! X-Forwarded-Access-Token headers and carry the server's password instead
 //! (`--password-file`), so the user never needs it.
 
+pub mod activity;
 pub mod identity;
 pub mod proxy;
 pub mod review;
@@ -118,11 +119,13 @@ pub struct GateService {
     gate: Gate,
     upstream: Upstream,
     target: Target,
+    /// Requests let through count as activity (idle stop).
+    activity: Arc<activity::Tracker>,
 }
 
 impl GateService {
-    pub fn new(gate: Gate, upstream: Upstream, target: Target) -> Self {
-        GateService { gate, upstream, target }
+    pub fn new(gate: Gate, upstream: Upstream, target: Target, activity: Arc<activity::Tracker>) -> Self {
+        GateService { gate, upstream, target, activity }
     }
 
     /// The answer to one request.
@@ -136,7 +139,11 @@ impl GateService {
         match self.gate.check(req.headers()).await {
             Verdict::Pass(subject) => {
                 tracing::debug!(user = subject.display_name(), "gate: allowed");
-                self.upstream.forward(req).await
+                self.activity.touch();
+                let response = self.upstream.forward(req).await;
+                // A long answer (a stream) ends later than it started.
+                self.activity.touch();
+                response
             }
             Verdict::Refuse(refusal, subject) => {
                 let user = subject.as_ref().map_or("", Subject::display_name);
@@ -179,6 +186,10 @@ pub struct Settings {
     pub api_server: Option<String>,
     /// `None`: the server gets no password.
     pub password_file: Option<PathBuf>,
+    /// Where the activity report is served (`None`: it is not).
+    pub activity_listen: Option<SocketAddr>,
+    /// The image's own activity report, joined into the gate's.
+    pub activity_report: Option<String>,
 }
 
 /// Builds the gate from `settings` and serves until SIGTERM or SIGINT; an
@@ -200,9 +211,14 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let reviewer = Arc::new(KubeReviewer::new(client, settings.target.clone()));
     let upstream = Upstream::new(&settings.upstream, Password::new(settings.password_file.clone()))?;
     let gate = Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl);
-    let service = Arc::new(GateService::new(gate, upstream, settings.target.clone()));
+    let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
+    let service = Arc::new(GateService::new(gate, upstream, settings.target.clone(), tracker.clone()));
     let listener =
         TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    if let Some(addr) = settings.activity_listen {
+        let activity_listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        tokio::spawn(activity::serve(activity_listener, tracker));
+    }
     tracing::info!(
         listen = %settings.listen,
         upstream = %settings.upstream,

@@ -132,6 +132,17 @@ async fn stand_in(events: mpsc::Receiver<Bytes>) -> (SocketAddr, Arc<Seen>) {
 
 /// A gate on 127.0.0.1 in front of `upstream`, whose password is `pw`.
 async fn gate(mode: Mode, reviewer: Arc<Fake>, ttl: Duration, upstream: SocketAddr) -> (SocketAddr, tempfile::TempDir) {
+    let (addr, dir, _) = gate_tracked(mode, reviewer, ttl, upstream).await;
+    (addr, dir)
+}
+
+/// [`gate`], with the activity tracker its service updates.
+async fn gate_tracked(
+    mode: Mode,
+    reviewer: Arc<Fake>,
+    ttl: Duration,
+    upstream: SocketAddr,
+) -> (SocketAddr, tempfile::TempDir, Arc<activity::Tracker>) {
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("password");
     std::fs::write(&password, "pw").unwrap();
@@ -140,8 +151,36 @@ async fn gate(mode: Mode, reviewer: Arc<Fake>, ttl: Duration, upstream: SocketAd
     let gate = Gate::new(mode, Prefixes::default(), reviewer, ttl);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, Arc::new(GateService::new(gate, upstream, target))));
-    (addr, dir)
+    let tracker = Arc::new(activity::Tracker::new(None));
+    tokio::spawn(serve(listener, Arc::new(GateService::new(gate, upstream, target, tracker.clone()))));
+    (addr, dir, tracker)
+}
+
+#[tokio::test]
+async fn requests_let_through_count_as_activity_and_refused_ones_do_not() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, _seen) = stand_in(rx).await;
+    let fake = Fake::new(&["alice"]);
+    let (addr, _dir, tracker) = gate_tracked(Mode::Oidc, fake, Duration::from_secs(1), upstream).await;
+    let started = tracker.last();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let carol = get(addr, "/", &[("X-Forwarded-User", "carol")]).await;
+    assert!(carol.starts_with("HTTP/1.1 403"), "{carol}");
+    assert_eq!(tracker.last(), started, "a refused request is nobody using the instance");
+    let alice = get(addr, "/", &[("X-Forwarded-User", "alice")]).await;
+    assert!(alice.starts_with("HTTP/1.1 200"), "{alice}");
+    assert!(tracker.last() > started);
+
+    // The report the operator reads: requests alone (no image report here).
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let report_addr = listener.local_addr().unwrap();
+    tokio::spawn(activity::serve(listener, tracker.clone()));
+    let report = get(report_addr, activity::PATH, &[]).await;
+    let body = report.split("\r\n\r\n").nth(1).unwrap();
+    let parsed = crate::ops::activity::parse(body.as_bytes(), k8s_openapi::jiff::Timestamp::now()).unwrap();
+    assert_eq!(parsed.last_activity, tracker.last());
+    assert_eq!(parsed.judged_by, crate::ops::activity::JudgedBy::Requests);
+    assert!(get(report_addr, "/other", &[]).await.starts_with("HTTP/1.1 404"));
 }
 
 /// One `GET path` with `headers` and `Connection: close`; the whole raw response.

@@ -61,6 +61,8 @@ pub struct Metrics {
     instances: Family<PhaseLabels, Gauge>,
     last_error: Family<ReasonLabels, Gauge>,
     platform: Family<PlatformLabels, Gauge>,
+    idle_stops: Counter,
+    activity_checks: Family<ResultLabels, Counter>,
     phases: Mutex<HashMap<String, Phase>>,
 }
 
@@ -102,7 +104,17 @@ impl Metrics {
             "The platform the operator detected (1 for the one in use)",
             platform.clone(),
         );
+        let idle_stops = Counter::default();
+        registry.register("idle_stops", "Instances stopped because nobody used them", idle_stops.clone());
+        let activity_checks = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "activity_checks",
+            "Activity checks of instances with an idle timeout, by result (active, busy, idle, unknown)",
+            activity_checks.clone(),
+        );
         Self {
+            idle_stops,
+            activity_checks,
             registry,
             reconciles,
             reconcile_duration,
@@ -151,13 +163,23 @@ impl Metrics {
         }
     }
 
-    /// The text exposition format.
+    /// An instance was stopped for idleness.
+    pub fn idle_stop(&self) {
+        self.idle_stops.inc();
+    }
+
+    /// An activity check answered `result` (active, busy, idle or unknown).
+    pub fn activity_check(&self, result: &str) {
+        self.activity_checks.get_or_create(&ResultLabels { result: result.into() }).inc();
+    }
+
     /// Records the platform in use (OpenShift or Kubernetes).
     pub fn platform(&self, name: &str) {
         self.platform.clear();
         self.platform.get_or_create(&PlatformLabels { platform: name.into() }).set(1);
     }
 
+    /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding to a String cannot fail");

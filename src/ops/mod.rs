@@ -2,6 +2,7 @@
 //! read the metrics), leader election, and the authorization decisions the
 //! metrics and instance gates cache.
 
+pub mod activity;
 pub mod decisions;
 pub mod health;
 pub mod http_server;

@@ -86,11 +86,16 @@ pub struct Workload {
     pub exposure: &'static str,
     /// spec.stopped: the workloads run zero replicas on purpose.
     pub stopped: bool,
+    /// Stopped for idleness (not by spec.stopped): how to start it again.
+    pub idle_message: Option<String>,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
 pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Option<String>, Desired) {
     let url = observed.admitted_host.as_ref().map(|h| format!("{}://{h}", if observed.tls { "https" } else { "http" }));
+    if let (true, Some(message)) = (observed.stopped, &observed.idle_message) {
+        return (Phase::Stopped, url, Desired::new(READY, false, "Idle", message.clone()));
+    }
     if observed.stopped {
         let message = "spec.stopped is true: the workloads are scaled to zero; the data volumes, Secrets, the Route or Ingress and the release are kept (status.url is where it will be); set it to false to start again";
         return (Phase::Stopped, url, Desired::new(READY, false, "Stopped", message));
@@ -233,6 +238,7 @@ mod tests {
             tls: true,
             exposure: "Route",
             stopped: false,
+            idle_message: None,
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));

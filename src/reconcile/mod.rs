@@ -21,6 +21,7 @@ pub mod discover;
 pub mod error;
 pub mod execute;
 pub mod helm_run;
+pub mod idle;
 pub mod kubeconfig;
 pub mod marks;
 pub mod observe;
@@ -87,6 +88,8 @@ pub struct Context {
     finalized: written::Finalized,
     /// The OpenID Connect provider of auth.mode oidc, when configured.
     pub oidc: Option<Arc<crate::ops::oidc::Provider>>,
+    /// The last activity check of each instance with an idle timeout.
+    pub activity: Arc<idle::Observations>,
 }
 
 impl Context {
@@ -100,6 +103,7 @@ impl Context {
         let oidc = settings.signin.oidc.clone().map(crate::ops::oidc::Provider::new);
         Self {
             oidc,
+            activity: Arc::default(),
             client,
             settings,
             helm,
@@ -192,7 +196,18 @@ pub async fn run(
     let (platform, operator_ns) = (settings.platform, settings.operator_namespace.clone());
     let (stores, controller) =
         stores::start(&client, platform, &operator_ns, &scope, controller, reader.clone(), namespace_concerns);
+    // Activity checks wake the instances they find idle.
+    let (wake, woken) = futures::channel::mpsc::channel(1024);
+    let controller = controller.reconcile_on(woken);
     let ctx = Arc::new(Context::new(client, settings, helm, metrics, stores));
+    tokio::spawn(idle::watch(
+        reader.clone(),
+        ctx.settings.idle.clone(),
+        Arc::new(crate::ops::activity::Reader::new(&ctx.settings.probes)),
+        ctx.activity.clone(),
+        ctx.metrics.clone(),
+        wake,
+    ));
     let synced = health.clone();
     let ready_ctx = ctx.clone();
     tokio::spawn(async move {
@@ -359,12 +374,28 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         let note = format!("tinycode is running{}", st.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
     }
-    if before != Some(Phase::Stopped) && phase == Phase::Stopped {
-        let note = "spec.stopped: the workloads were scaled to zero; data, Route/Ingress and release kept".to_string();
-        ctx.event(inst, EventType::Normal, "Stopped", "Reconcile", note).await;
-    } else if before == Some(Phase::Stopped) && phase != Phase::Stopped {
-        let note = "spec.stopped is false again: the workloads start with the same data".to_string();
-        ctx.event(inst, EventType::Normal, "Started", "Reconcile", note).await;
+    match &plan.idle.transition {
+        Some(idle::Transition::Stopped { since }) => {
+            ctx.metrics.idle_stop();
+            let note = format!(
+                "no activity since {since}: the workloads were scaled to zero; data, Route/Ingress and release kept"
+            );
+            ctx.event(inst, EventType::Normal, "IdleStopped", "Reconcile", note).await;
+        }
+        Some(idle::Transition::Started) => {
+            let note = "started again after an idle stop: the workloads start with the same data".to_string();
+            ctx.event(inst, EventType::Normal, "Started", "Reconcile", note).await;
+        }
+        None if before != Some(Phase::Stopped) && phase == Phase::Stopped => {
+            let note =
+                "spec.stopped: the workloads were scaled to zero; data, Route/Ingress and release kept".to_string();
+            ctx.event(inst, EventType::Normal, "Stopped", "Reconcile", note).await;
+        }
+        None if before == Some(Phase::Stopped) && phase != Phase::Stopped => {
+            let note = "spec.stopped is false again: the workloads start with the same data".to_string();
+            ctx.event(inst, EventType::Normal, "Started", "Reconcile", note).await;
+        }
+        None => {}
     }
     written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
@@ -384,7 +415,7 @@ pub(crate) fn now() -> String {
     Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }

@@ -70,6 +70,10 @@ pub struct Observed {
     /// Without a cluster (`tinycode-operator values`): the namespace gates
     /// are not checked and nothing is approved.
     pub offline: bool,
+    /// The last activity check (instances with an idle timeout).
+    pub activity: Option<crate::reconcile::idle::Observation>,
+    /// When this was observed (idle stop measures time from it).
+    pub now: k8s_openapi::jiff::Timestamp,
 }
 
 impl Observed {
@@ -147,6 +151,8 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
     let ns = inst.namespace().unwrap_or_default();
     let namespace = ctx.stores.namespaces.get(&ObjectRef::new(&ns));
     let mut o = Observed {
+        activity: ctx.activity.lock().expect("lock").get(&ObjectRef::from_obj(inst)).cloned(),
+        now: k8s_openapi::jiff::Timestamp::now(),
         namespace_labels: namespace
             .as_ref()
             .filter(|n| n.metadata.deletion_timestamp.is_none())

@@ -63,6 +63,8 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// The reconcile-request annotation's value, echoed in status once handled.
     pub request: Option<String>,
+    /// Idle stop, as decided (values.stopped includes it).
+    pub idle: crate::reconcile::idle::IdleState,
 }
 
 /// Helm must run: in which mode, and what state of the release calls for it.
@@ -193,6 +195,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
             values::sha256_hex(mounted.join("\n").as_bytes())
         },
         oidc_endpoints: valid.signin.as_ref().and_then(|s| s.endpoints.clone()),
+        idle_stopped: valid.idle.stopped,
     };
     let config_json = config::generate(spec, &vllm::served_by_name(&observed.providers));
     let instance = InstanceRef { name, namespace: ns, uid: &valid.uid };
@@ -230,6 +233,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
         conditions,
         warnings: valid.warnings.clone(),
         request: valid.request.as_ref().map(|r| r.value.clone()),
+        idle: valid.idle.clone(),
     }
 }
 

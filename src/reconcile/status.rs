@@ -48,6 +48,8 @@ pub fn applied(
             &plan.values.instance.name,
             &plan.values.auth.password_secret,
         )),
+        idle: plan.idle.status.clone(),
+        last_activity_time: plan.idle.last_activity_time.clone(),
     }
 }
 
@@ -77,6 +79,7 @@ fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> 
         tls,
         exposure,
         stopped: plan.values.stopped,
+        idle_message: plan.idle.stopped.then(|| plan.idle.status.as_ref().map(|s| s.message.clone())).flatten(),
     };
     (workload, condition)
 }

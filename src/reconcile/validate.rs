@@ -50,6 +50,8 @@ pub struct ValidInstance {
     pub pending_approvals: Vec<String>,
     /// Sign-in modes: the sign-in Secret and the provider's endpoints.
     pub signin: Option<Signin>,
+    /// Idle stop: whether the workloads stay stopped for idleness, and its status.
+    pub idle: crate::reconcile::idle::IdleState,
 }
 
 /// What a sign-in instance gets besides its chart values.
@@ -197,6 +199,13 @@ pub fn validate(
         warnings,
         pending_approvals: Vec::new(),
         signin,
+        idle: crate::reconcile::idle::decide(
+            inst,
+            &settings.idle,
+            observed.activity.as_ref(),
+            observed.now,
+            settings.platform.cli(),
+        ),
     })
 }
 
@@ -217,6 +226,7 @@ fn offline(
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     Ok(ValidInstance {
         signin,
+        idle: crate::reconcile::idle::IdleState::default(),
         uid: inst.metadata.uid.clone().unwrap_or_default(),
         spec: inst.spec.clone(),
         owner: owner_reference(inst),

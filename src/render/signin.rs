@@ -20,6 +20,12 @@ pub const PROXY_PORT: u16 = 4180;
 pub const GATE_LISTEN: &str = "127.0.0.1:4181";
 /// The tinycode server as the gate reaches it.
 pub const TINYCODE_UPSTREAM: &str = "http://127.0.0.1:4096";
+/// Where the gate serves the activity report the operator reads (the
+/// Service's `activity` port).
+pub const ACTIVITY_LISTEN: &str = "0.0.0.0:4097";
+/// The image's own activity report in a sign-in pod (TINYCODE_ACTIVITY_PORT
+/// 4098, as the gate holds 4097).
+pub const IMAGE_ACTIVITY_REPORT: &str = "http://127.0.0.1:4098/activity";
 /// Where the proxy container mounts the sign-in Secret.
 pub const SIGNIN_MOUNT: &str = "/etc/tinycode/signin";
 /// Key of the sign-in Secret holding the proxy's cookie secret.
@@ -175,6 +181,8 @@ pub fn gate_args(mode: AuthMode, namespace: &str, name: &str, signin: &SigninSet
         arg("token-file", &format!("{GATE_MOUNT}/token")),
         arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")),
         arg("password-file", &format!("{GATE_MOUNT}/password")),
+        arg("activity-listen", ACTIVITY_LISTEN),
+        arg("activity-report", IMAGE_ACTIVITY_REPORT),
     ];
     if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
         args.push(arg("username-prefix", &oidc.username_prefix));

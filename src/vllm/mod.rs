@@ -374,7 +374,7 @@ fn cache_insert(
     cache.insert(key, (Instant::now(), report));
 }
 
-async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -387,7 +387,7 @@ async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>
     Ok(body)
 }
 
-fn describe(url: &str, e: &reqwest::Error) -> String {
+pub(crate) fn describe(url: &str, e: &reqwest::Error) -> String {
     if let Some(refused) = netguard::find_refusal(e) {
         format!("GET {url}: {refused}")
     } else if let Some(failed) = netguard::find_lookup_failure(e) {

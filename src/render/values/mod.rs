@@ -78,6 +78,8 @@ pub struct Approved {
     pub secrets_digest: String,
     /// auth.mode oidc: the provider's endpoints, as the operator read them.
     pub oidc_endpoints: Option<crate::render::signin::OidcEndpoints>,
+    /// Stopped for idleness: rendered as spec.stopped is, the spec untouched.
+    pub idle_stopped: bool,
 }
 
 /// Maps a (validated) spec to chart values; `config_json` is the generated config, if any.
@@ -99,7 +101,7 @@ pub fn build(
         secrets_checksum: approved.secrets_digest.clone(),
         image: spec.image.clone(),
         replicas: spec.replicas,
-        stopped: spec.stopped,
+        stopped: spec.stopped || approved.idle_stopped,
         resources: ResourcesValues::of(&spec.resources),
         storage: StorageValues::of(&spec.storage, spec.replicas),
         hostname: spec.hostname.clone().unwrap_or_default(),

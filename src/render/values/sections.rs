@@ -25,6 +25,9 @@ pub struct NetworkPolicyValues {
     pub egress_denied_v4: Vec<String>,
     /// The same for IPv6.
     pub egress_denied_v6: Vec<String>,
+    /// The operator's namespace: its pods alone reach the activity port
+    /// (idle stop reads it).
+    pub operator_namespace: String,
 }
 
 /// Always closed to instance pods: link-local (169.254.169.254 and the other
@@ -43,7 +46,12 @@ impl NetworkPolicyValues {
                 list.push(cidr.clone());
             }
         }
-        Self { ingress_namespace_labels, egress_denied_v4: v4, egress_denied_v6: v6 }
+        Self {
+            ingress_namespace_labels,
+            egress_denied_v4: v4,
+            egress_denied_v6: v6,
+            operator_namespace: settings.operator_namespace.clone(),
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod harness;
 mod hostile;
+mod idle;
 mod install_modes;
 mod kubernetes;
 mod lifecycle;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use harness::*;
 use hostile::*;
+use idle::*;
 use install_modes::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
@@ -192,6 +194,7 @@ fn main() {
         an_install_that_meets_a_record_upgrades_it,
         suspend_stops_helm_and_resume_applies,
         stop_scales_to_zero_and_start_brings_it_back,
+        idle_instances_stop_and_busy_or_used_ones_do_not,
         a_reinstall_adopts_instances_whose_records_were_uninstalled,
         a_63_character_name_runs,
         storage_is_fixed_at_creation,

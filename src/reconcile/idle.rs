@@ -1,0 +1,495 @@
+//! Idle stop (`spec.idle`): an instance nobody uses is stopped as with
+//! `spec.stopped`, without writing its spec (GitOps tools own it).
+//!
+//! Two halves. [`watch`] reads the activity report of every running
+//! instance that has a timeout, once per `--activity-check-seconds`, the
+//! reads spread evenly over that time and a few in flight at once; it keeps
+//! the last answer per instance and wakes an instance's reconcile only when
+//! the answer says it is idle. The reconcile then decides ([`decide`], pure)
+//! from that answer and the instance's status, which keeps the decision
+//! (`status.idle.stopped`), so a restarted operator keeps it stopped. While
+//! nothing changes, a check costs one request to the pod and nothing else:
+//! no helm run, no write.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::api::{IdleStatus, Phase, START_REQUEST_ANNOTATION, TinycodeInstance, TinycodeInstanceSpec};
+use crate::ops::activity::{self, Activity};
+use crate::render::naming;
+use crate::settings::IdleSettings;
+
+/// A duration as `DURATION_PATTERN` writes it (`1h30m`, `45s`, `0`); None
+/// when it is not one.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let (mut total, mut digits, mut last_unit) = (0u64, String::new(), 0usize);
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let (rank, secs) = match c {
+            'h' => (1, 3600),
+            'm' => (2, 60),
+            's' => (3, 1),
+            _ => return None,
+        };
+        // Units in order, each once, each after digits.
+        if rank <= last_unit || digits.is_empty() || digits.len() > 8 {
+            return None;
+        }
+        total = total.checked_add(digits.parse::<u64>().ok()?.checked_mul(secs)?)?;
+        digits.clear();
+        last_unit = rank;
+    }
+    digits.is_empty().then_some(Duration::from_secs(total))
+}
+
+/// A duration as status shows it (`2h`, `1h30m`, `45s`).
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (h, m, sec) = (s / 3600, s % 3600 / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if sec > 0 || out.is_empty() {
+        out.push_str(&format!("{sec}s"));
+    }
+    out
+}
+
+/// The timeout in force for an instance, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeout {
+    /// None: the instance never idles.
+    pub timeout: Option<Duration>,
+    /// Where it comes from, in words.
+    pub origin: &'static str,
+}
+
+/// The timeout in force: spec.idle.timeout, else the default; capped at the
+/// maximum; off only where the cluster-admin allows it.
+pub fn timeout(spec: &TinycodeInstanceSpec, s: &IdleSettings) -> Timeout {
+    let asked = spec.idle.as_ref().and_then(|i| i.timeout.as_deref()).and_then(parse_duration);
+    let (wanted, origin) = match asked {
+        Some(d) if d.is_zero() && s.required => {
+            let fallback = s.default_timeout.or(s.max_timeout);
+            (
+                fallback,
+                "spec.idle.timeout 0 is not allowed here (the operator's --idle-stop-required): the operator's default applies",
+            )
+        }
+        Some(d) if d.is_zero() => (None, "spec.idle.timeout 0: idle stop is off"),
+        Some(d) => (Some(d), "spec.idle.timeout"),
+        None => match s.default_timeout {
+            Some(d) => (Some(d), "the operator's default (--idle-timeout)"),
+            None => (None, "no spec.idle.timeout and no operator default: idle stop is off"),
+        },
+    };
+    match (wanted, s.max_timeout) {
+        (Some(w), Some(max)) if w > max => {
+            Timeout { timeout: Some(max), origin: "capped at the operator's maximum (--idle-timeout-max)" }
+        }
+        _ => Timeout { timeout: wanted, origin },
+    }
+}
+
+/// The last activity check of an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// When it was read.
+    pub at: Timestamp,
+    pub result: Result<Activity, String>,
+}
+
+/// What a check says about an instance with a timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Used within the timeout.
+    Active,
+    /// An agent task is running: never idle.
+    Busy,
+    /// Unused since this time, longer than the timeout.
+    Idle { since: Timestamp },
+    /// No check answered: never stopped on a guess.
+    Unknown(String),
+}
+
+impl Verdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Active => "active",
+            Verdict::Busy => "busy",
+            Verdict::Idle { .. } => "idle",
+            Verdict::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// The verdict of `obs` for `timeout` at `now`; `floor` is the last time the
+/// operator itself counts as activity (the last start).
+pub fn verdict(obs: Option<&Observation>, timeout: Duration, floor: Option<Timestamp>, now: Timestamp) -> Verdict {
+    let Some(obs) = obs else {
+        return Verdict::Unknown("not checked yet".into());
+    };
+    let activity = match &obs.result {
+        Ok(a) => a,
+        Err(e) => return Verdict::Unknown(e.clone()),
+    };
+    if activity.busy == Some(true) {
+        return Verdict::Busy;
+    }
+    let last = floor.map_or(activity.last_activity, |f| f.max(activity.last_activity));
+    let limit = SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX);
+    if now.duration_since(last) >= limit { Verdict::Idle { since: last } } else { Verdict::Active }
+}
+
+/// What changes now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// Stopped for idleness; unused since then.
+    Stopped { since: Timestamp },
+    /// Started again (the start annotation, or the user took over with spec.stopped).
+    Started,
+}
+
+/// Idle stop, decided for one reconcile.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IdleState {
+    /// The workloads are (to be) stopped for idleness.
+    pub stopped: bool,
+    pub transition: Option<Transition>,
+    /// status.idle (None: no timeout and never stopped).
+    pub status: Option<IdleStatus>,
+    /// status.lastActivityTime.
+    pub last_activity_time: Option<String>,
+}
+
+/// Decides idle stop (pure): `obs` is the last activity check, `cli` the
+/// cluster's CLI (named in the start command).
+pub fn decide(
+    inst: &TinycodeInstance,
+    settings: &IdleSettings,
+    obs: Option<&Observation>,
+    now: Timestamp,
+    cli: &str,
+) -> IdleState {
+    let status = inst.status.clone().unwrap_or_default();
+    let prev = status.idle.clone().unwrap_or_default();
+    let t = timeout(&inst.spec, settings);
+    let start = inst.annotations().get(START_REQUEST_ANNOTATION).cloned();
+    let start_unhandled = start.is_some() && start != prev.last_handled_start_at;
+    let handled = start.or(prev.last_handled_start_at.clone());
+    let floor: Option<Timestamp> = status.last_activity_time.as_deref().and_then(|t| t.parse().ok());
+    let mut state = IdleState { last_activity_time: status.last_activity_time.clone(), ..Default::default() };
+    let stamp = |t: Timestamp| Timestamp::from_second(t.as_second()).unwrap_or(t).to_string();
+    let (mut judged_by, mut message) = (prev.judged_by.clone(), prev.message.clone());
+    if prev.stopped {
+        if inst.spec.stopped || t.timeout.is_none() || start_unhandled {
+            state.transition = (!inst.spec.stopped).then_some(Transition::Started);
+            // Starting counts as activity: the next check starts from here.
+            state.last_activity_time = Some(stamp(now));
+            message = String::new();
+        } else {
+            state.stopped = true;
+        }
+    } else if let (false, Some(limit)) = (inst.spec.stopped, t.timeout) {
+        let v = verdict(obs, limit, floor, now);
+        judged_by = match (&v, obs.map(|o| &o.result)) {
+            (Verdict::Unknown(_), _) => "unknown".into(),
+            (_, Some(Ok(a))) => a.judged_by.as_str().into(),
+            _ => judged_by,
+        };
+        message = match &v {
+            Verdict::Unknown(why) => {
+                format!("activity unknown, so it is not stopped for idleness: {}", crate::reconcile::truncate(why, 300))
+            }
+            _ => format!("stops after {} without activity ({})", format_duration(limit), t.origin),
+        };
+        if let Verdict::Idle { since } = v {
+            state.stopped = true;
+            state.transition = Some(Transition::Stopped { since });
+            state.last_activity_time = Some(stamp(since));
+            let name = inst.name_any();
+            message = format!(
+                "stopped for idleness: no activity since {} ({} timeout, {}); start it again with `{cli} annotate tinycodeinstance/{name} {START_REQUEST_ANNOTATION}=\"$(date +%s)\" --overwrite`",
+                stamp(since),
+                format_duration(limit),
+                t.origin
+            );
+        }
+    } else {
+        message = String::new();
+    }
+    if !state.stopped && t.timeout.is_none() {
+        judged_by.clear();
+        message = t.origin.to_string();
+    }
+    let keep = t.timeout.is_some() || state.stopped || status.idle.is_some() || handled.is_some();
+    state.status = keep.then(|| IdleStatus {
+        timeout: t.timeout.map(format_duration).unwrap_or_else(|| "off".into()),
+        stopped: state.stopped,
+        judged_by,
+        message,
+        last_handled_start_at: handled,
+    });
+    state
+}
+
+/// The last check of every instance being watched.
+pub type Observations = Mutex<HashMap<ObjectRef<TinycodeInstance>, Observation>>;
+
+/// Whether `inst` is checked: running, with a timeout, not stopped, suspended or going.
+pub fn watched(inst: &TinycodeInstance, settings: &IdleSettings) -> bool {
+    let status = inst.status.as_ref();
+    inst.metadata.deletion_timestamp.is_none()
+        && !inst.spec.suspend
+        && !inst.spec.stopped
+        && status.and_then(|s| s.phase) == Some(Phase::Running)
+        && !status.and_then(|s| s.idle.as_ref()).is_some_and(|i| i.stopped)
+        && timeout(&inst.spec, settings).timeout.is_some()
+}
+
+/// Checks the instances with a timeout for as long as the process runs;
+/// wakes the reconcile of those found idle.
+pub async fn watch(
+    instances: Store<TinycodeInstance>,
+    settings: IdleSettings,
+    reader: Arc<activity::Reader>,
+    observations: Arc<Observations>,
+    metrics: Arc<crate::ops::metrics::Metrics>,
+    wake: mpsc::Sender<ObjectRef<TinycodeInstance>>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(settings.checks_in_flight));
+    loop {
+        let cycle = tokio::time::Instant::now();
+        let mut due: Vec<Arc<TinycodeInstance>> =
+            instances.state().into_iter().filter(|i| watched(i, &settings)).collect();
+        // A steady order, so each instance is checked about once an interval.
+        due.sort_by_key(|i| i.metadata.uid.clone());
+        {
+            let keep: std::collections::HashSet<_> = due.iter().map(|i| ObjectRef::from_obj(&**i)).collect();
+            observations.lock().expect("lock").retain(|k, _| keep.contains(k));
+        }
+        let n = due.len().max(1) as u32;
+        for (i, inst) in due.into_iter().enumerate() {
+            tokio::time::sleep_until(cycle + settings.check_interval * i as u32 / n).await;
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
+            let (settings, reader, observations, metrics, mut wake) =
+                (settings.clone(), reader.clone(), observations.clone(), metrics.clone(), wake.clone());
+            tokio::spawn(async move {
+                let (ns, name) = (inst.namespace().unwrap_or_default(), inst.name_any());
+                let url = activity::url(&settings.url_template, &naming::fullname(&name), &ns, &name);
+                let result = reader.read(&url).await;
+                drop(slot);
+                let now = Timestamp::now();
+                let obs = Observation { at: now, result };
+                let floor = inst.status.as_ref().and_then(|s| s.last_activity_time.as_deref()?.parse().ok());
+                let limit = timeout(&inst.spec, &settings).timeout.unwrap_or(Duration::MAX);
+                let v = verdict(Some(&obs), limit, floor, now);
+                metrics.activity_check(v.as_str());
+                let key = ObjectRef::from_obj(&*inst);
+                let changed = {
+                    let mut map = observations.lock().expect("lock");
+                    let before = map.insert(key.clone(), obs.clone());
+                    // Status shows what the checks judge by: the first answer, or a
+                    // change between answering and not, concerns the reconcile.
+                    before
+                        .map(|b| {
+                            b.result.is_ok() != obs.result.is_ok()
+                                || b.result.as_ref().ok().map(|a| a.judged_by)
+                                    != obs.result.as_ref().ok().map(|a| a.judged_by)
+                        })
+                        .unwrap_or(true)
+                };
+                if matches!(v, Verdict::Idle { .. }) || changed {
+                    let _ = wake.try_send(key);
+                }
+            });
+        }
+        tokio::time::sleep_until(cycle + settings.check_interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::activity::JudgedBy;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn inst(spec: serde_json::Value, status: serde_json::Value, start: Option<&str>) -> TinycodeInstance {
+        let mut i: TinycodeInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeInstance",
+            "metadata": {"name": "dev", "namespace": "team"},
+            "spec": spec, "status": status,
+        }))
+        .unwrap();
+        if let Some(v) = start {
+            i.metadata.annotations = Some([(START_REQUEST_ANNOTATION.to_string(), v.to_string())].into());
+        }
+        i
+    }
+
+    fn obs(last: &str, busy: Option<bool>) -> Observation {
+        Observation {
+            at: ts("2026-12-04T12:00:00Z"),
+            result: Ok(Activity { last_activity: ts(last), busy, judged_by: JudgedBy::Requests }),
+        }
+    }
+
+    #[test]
+    fn durations_parse_as_the_schema_writes_them() {
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("90m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2h5s"), Some(Duration::from_secs(7205)));
+        for bad in ["", "h", "1", "30m1h", "1h1h", "1d", "-1h", "1.5h", " 1h"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+        assert_eq!(format_duration(Duration::from_secs(45)), "45s");
+        // The schema's pattern and the parser agree.
+        let re = regex::Regex::new(crate::api::DURATION_PATTERN).unwrap();
+        for s in ["0", "90m", "1h30m", "2h5s", "30m1h", "1d", ""] {
+            assert_eq!(re.is_match(s) && !s.is_empty(), parse_duration(s).is_some(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn the_timeout_in_force_follows_the_cluster_admins_default_maximum_and_rule() {
+        let spec = |t: Option<&str>| -> TinycodeInstanceSpec {
+            serde_json::from_value(match t {
+                Some(t) => serde_json::json!({"idle": {"timeout": t}}),
+                None => serde_json::json!({}),
+            })
+            .unwrap()
+        };
+        let h = |n: u64| Some(Duration::from_secs(n * 3600));
+        let open = IdleSettings::default();
+        assert_eq!(timeout(&spec(None), &open).timeout, None);
+        assert_eq!(timeout(&spec(Some("2h")), &open).timeout, h(2));
+        let admin = IdleSettings { default_timeout: h(8), max_timeout: h(12), ..Default::default() };
+        assert_eq!(timeout(&spec(None), &admin).timeout, h(8));
+        let capped = timeout(&spec(Some("48h")), &admin);
+        assert_eq!(capped.timeout, h(12));
+        assert!(capped.origin.contains("--idle-timeout-max"));
+        assert_eq!(timeout(&spec(Some("0")), &admin).timeout, None, "off is allowed");
+        let required = IdleSettings { required: true, ..admin.clone() };
+        assert_eq!(timeout(&spec(Some("0")), &required).timeout, h(8), "off is refused: the default");
+        let only_max = IdleSettings { required: true, default_timeout: None, ..admin };
+        assert_eq!(timeout(&spec(Some("0")), &only_max).timeout, h(12), "no default: the maximum");
+    }
+
+    #[test]
+    fn verdicts() {
+        let now = ts("2026-12-04T12:00:00Z");
+        let hour = Duration::from_secs(3600);
+        assert_eq!(verdict(None, hour, None, now), Verdict::Unknown("not checked yet".into()));
+        let failed = Observation { at: now, result: Err("connection refused".into()) };
+        assert!(matches!(verdict(Some(&failed), hour, None, now), Verdict::Unknown(_)));
+        assert_eq!(verdict(Some(&obs("2026-12-04T11:30:00Z", None)), hour, None, now), Verdict::Active);
+        assert_eq!(
+            verdict(Some(&obs("2026-12-04T10:00:00Z", Some(false))), hour, None, now),
+            Verdict::Idle { since: ts("2026-12-04T10:00:00Z") }
+        );
+        // A busy agent is never idle, however old the last request.
+        assert_eq!(verdict(Some(&obs("2026-12-01T10:00:00Z", Some(true))), hour, None, now), Verdict::Busy);
+        // A start counts as activity: an old report does not stop it again at once.
+        assert_eq!(
+            verdict(Some(&obs("2026-12-04T10:00:00Z", None)), hour, Some(ts("2026-12-04T11:59:00Z")), now),
+            Verdict::Active
+        );
+    }
+
+    #[test]
+    fn an_idle_instance_is_stopped_without_its_spec_and_started_by_the_annotation() {
+        let settings = IdleSettings::default();
+        let now = ts("2026-12-04T12:00:00Z");
+        let running = serde_json::json!({"phase": "Running"});
+        let idle = obs("2026-12-04T10:00:00Z", Some(false));
+        let i = inst(serde_json::json!({"idle": {"timeout": "1h"}}), running.clone(), None);
+        let d = decide(&i, &settings, Some(&idle), now, "oc");
+        assert!(d.stopped);
+        assert_eq!(d.transition, Some(Transition::Stopped { since: ts("2026-12-04T10:00:00Z") }));
+        assert_eq!(d.last_activity_time.as_deref(), Some("2026-12-04T10:00:00Z"));
+        let st = d.status.clone().unwrap();
+        assert_eq!((st.timeout.as_str(), st.stopped, st.judged_by.as_str()), ("1h", true, "requests"));
+        assert!(
+            st.message.contains("oc annotate tinycodeinstance/dev tinycode.dev/start-requested-at="),
+            "{}",
+            st.message
+        );
+
+        // It stays stopped, whatever the checks say, until started.
+        let stopped_status =
+            serde_json::json!({"phase": "Stopped", "idle": st, "lastActivityTime": "2026-12-04T10:00:00Z"});
+        let i = inst(serde_json::json!({"idle": {"timeout": "1h"}}), stopped_status.clone(), None);
+        let d = decide(&i, &settings, Some(&obs("2026-12-04T11:59:00Z", None)), now, "oc");
+        assert!(d.stopped && d.transition.is_none());
+
+        let i = inst(serde_json::json!({"idle": {"timeout": "1h"}}), stopped_status.clone(), Some("s1"));
+        let d = decide(&i, &settings, Some(&idle), now, "oc");
+        assert!(!d.stopped);
+        assert_eq!(d.transition, Some(Transition::Started));
+        assert_eq!(d.status.as_ref().unwrap().last_handled_start_at.as_deref(), Some("s1"));
+        assert_eq!(d.last_activity_time.as_deref(), Some("2026-12-04T12:00:00Z"));
+
+        // spec.stopped takes over: the idle stop is forgotten, no Started.
+        let i = inst(serde_json::json!({"idle": {"timeout": "1h"}, "stopped": true}), stopped_status, None);
+        let d = decide(&i, &settings, Some(&idle), now, "oc");
+        assert!(!d.stopped && d.transition.is_none());
+    }
+
+    #[test]
+    fn busy_unknown_and_untimed_instances_keep_running() {
+        let settings = IdleSettings::default();
+        let now = ts("2026-12-04T12:00:00Z");
+        let running = serde_json::json!({"phase": "Running"});
+        let i = inst(serde_json::json!({"idle": {"timeout": "1h"}}), running.clone(), None);
+        let busy = decide(&i, &settings, Some(&obs("2026-12-01T00:00:00Z", Some(true))), now, "oc");
+        assert!(!busy.stopped && busy.transition.is_none());
+        let unknown = decide(&i, &settings, None, now, "oc");
+        assert!(!unknown.stopped);
+        assert_eq!(unknown.status.unwrap().judged_by, "unknown");
+        let untimed = inst(serde_json::json!({}), running, None);
+        let d = decide(&untimed, &settings, Some(&obs("2026-12-01T00:00:00Z", None)), now, "oc");
+        assert!(!d.stopped);
+        assert_eq!(d.status, None, "no timeout, never stopped: no status.idle");
+    }
+
+    #[test]
+    fn only_running_instances_with_a_timeout_are_watched() {
+        let settings = IdleSettings::default();
+        let running = serde_json::json!({"phase": "Running"});
+        assert!(watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), running.clone(), None), &settings));
+        assert!(!watched(&inst(serde_json::json!({}), running.clone(), None), &settings));
+        assert!(!watched(
+            &inst(serde_json::json!({"idle": {"timeout": "1h"}, "stopped": true}), running, None),
+            &settings
+        ));
+        let deploying = serde_json::json!({"phase": "Deploying"});
+        assert!(!watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), deploying, None), &settings));
+        let idle_stopped = serde_json::json!({"phase": "Running", "idle": {"timeout": "1h", "stopped": true}});
+        assert!(!watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), idle_stopped, None), &settings));
+    }
+}

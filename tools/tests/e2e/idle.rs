@@ -1,0 +1,195 @@
+//! Idle stop (`spec.idle.timeout`) against the real apiserver and helm, with
+//! a loopback stand-in serving each instance's activity report
+//! (CONTAINER.md, "Activity"): the operator's `--activity-url` points at it,
+//! as no kubelet runs pods here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::render::naming;
+
+use super::deploy;
+use crate::harness::*;
+
+/// What the stand-in answers for an instance, and how often it was asked.
+#[derive(Default)]
+struct Reports {
+    answers: HashMap<String, Value>,
+    asked: HashMap<String, u32>,
+}
+
+type Shared = Arc<Mutex<Reports>>;
+
+async fn report(State(shared): State<Shared>, Path((_ns, name)): Path<(String, String)>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut r = shared.lock().unwrap();
+    *r.asked.entry(name.clone()).or_default() += 1;
+    match r.answers.get(&name) {
+        // "now" stands for requests arriving all the time.
+        Some(v) if v["lastActivity"] == "now" => {
+            let mut v = v.clone();
+            v["lastActivity"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+            axum::Json(v).into_response()
+        }
+        Some(v) => axum::Json(v.clone()).into_response(),
+        None => axum::http::StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// Starts the stand-in on 127.0.0.1; its URL template for `--activity-url`.
+async fn stand_in(shared: Shared) -> Result<String, String> {
+    let app = axum::Router::new().route("/{ns}/{name}", axum::routing::get(report)).with_state(shared);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ctx("bind")?;
+    let addr = listener.local_addr().ctx("addr")?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{addr}/{{namespace}}/{{name}}"))
+}
+
+/// Idle past the timeout → stopped with reason Idle, the spec untouched, no
+/// helm run and no check while stopped; a busy agent and an instance in use
+/// keep running; the cluster-admin's maximum caps a larger timeout; the start
+/// annotation brings it back on the same data.
+pub async fn idle_instances_stop_and_busy_or_used_ones_do_not(env: &mut Env) -> TestResult {
+    let shared: Shared = Arc::default();
+    let template = stand_in(shared.clone()).await?;
+    env.extra_env = vec![
+        ("TINYCODE_ACTIVITY_URL".into(), template),
+        ("TINYCODE_ACTIVITY_CHECK_SECONDS".into(), "1".into()),
+        ("TINYCODE_IDLE_TIMEOUT_MAX".into(), "10m".into()),
+    ];
+    env.start_operator()?;
+    let result = scenario(env, &shared).await;
+    env.extra_env.clear();
+    env.start_operator()?;
+    result
+}
+
+async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
+    let c = env.client().await;
+    let ns = env.ns("idle");
+    env.prepare_with_script(&ns)?;
+    let hour_ago = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1)).to_string();
+    {
+        let mut r = shared.lock().unwrap();
+        // In use until it has been seen Running; idle for an hour after.
+        r.answers.insert("idle".into(), json!({"lastActivity": "now", "busy": false}));
+        r.answers.insert("busy".into(), json!({"lastActivity": hour_ago, "busy": true}));
+        r.answers.insert("used".into(), json!({"lastActivity": "now", "judgedBy": "requests"}));
+        r.answers.insert("capped".into(), json!({"lastActivity": "now"}));
+    }
+    let timed = json!({"idle": {"timeout": "5s"}});
+    for name in ["busy", "used", "idle"] {
+        deploy(env, &c, &ns, name, timed.clone()).await?;
+    }
+    deploy(env, &c, &ns, "capped", json!({"idle": {"timeout": "48h"}})).await?;
+    for name in ["busy", "used", "capped", "idle"] {
+        run_to_running(&c, &ns, name).await?;
+    }
+    let pvcs = crate::pvc_uids(&c, &ns, "idle").await?;
+    let release = naming::release_name(&ns, "idle");
+    let revision = env.release(&release)?.ok_or("no release")?.0;
+    shared.lock().unwrap().answers.insert("idle".into(), json!({"lastActivity": hour_ago, "busy": false}));
+
+    // Idle for an hour against a 5 s timeout: stopped, the spec untouched.
+    let inst = wait_phase(&c, &ns, "idle", "Stopped").await?;
+    let (ready_status, reason, message) = ready(&inst);
+    ensure_eq((ready_status.as_str(), reason.as_str()), ("False", "Idle"), "Ready")?;
+    ensure(message.contains("tinycode.dev/start-requested-at"), format!("the message says how to start: {message}"))?;
+    ensure(!inst.spec.stopped, "the operator wrote spec.stopped")?;
+    let st = inst.status.clone().unwrap_or_default();
+    let idle = st.idle.clone().ok_or("no status.idle")?;
+    ensure_eq(
+        (idle.timeout.as_str(), idle.stopped, idle.judged_by.as_str()),
+        ("5s", true, "activity report"),
+        "status.idle",
+    )?;
+    let recorded: k8s_openapi::jiff::Timestamp =
+        st.last_activity_time.as_deref().ok_or("no status.lastActivityTime")?.parse().ctx("lastActivityTime")?;
+    ensure_eq(
+        recorded.as_second(),
+        hour_ago.parse::<k8s_openapi::jiff::Timestamp>().ctx("ts")?.as_second(),
+        "lastActivityTime",
+    )?;
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &ns);
+    let replicas = deployments.get(&naming::fullname("idle")).await.ctx("deployment")?.spec.replicas;
+    ensure_eq(replicas, Some(0), "replicas while idle")?;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision + 1), "one revision for the stop")?;
+    ensure_eq(crate::pvc_uids(&c, &ns, "idle").await?, pvcs.clone(), "PVCs")?;
+    let events = Api::<Event>::namespaced(c.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    ensure(
+        events.items.iter().any(|e| {
+            e.reason.as_deref() == Some("IdleStopped")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("idle")
+        }),
+        "no IdleStopped event",
+    )?;
+
+    // Stopped: neither checked nor upgraded while it stays so.
+    let asked = shared.lock().unwrap().asked.get("idle").copied().unwrap_or(0);
+    crate::tenancy::poke(&c, &ns, "idle", 1).await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    ensure_eq(shared.lock().unwrap().asked.get("idle").copied().unwrap_or(0), asked, "checks while stopped")?;
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision + 1), "revision while stopped")?;
+
+    // Well past their 5 s: a busy agent and an instance in use run on, and were checked.
+    for name in ["busy", "used"] {
+        let inst = get_instance(&c, &ns, name).await?.ok_or("gone")?;
+        let st = inst.status.clone().unwrap_or_default();
+        ensure_eq(st.phase.map(|p| p.as_str()), Some("Running"), &format!("{name}'s phase"))?;
+        ensure(shared.lock().unwrap().asked.get(name).copied().unwrap_or(0) >= 3, format!("{name} was not checked"))?;
+    }
+    let used = get_instance(&c, &ns, "used").await?.ok_or("gone")?;
+    ensure_eq(
+        used.status.and_then(|s| s.idle).map(|i| i.judged_by),
+        Some("requests".to_string()),
+        "what the used instance is judged by",
+    )?;
+    // The cluster-admin's maximum caps the 48 h asked for.
+    let capped =
+        get_instance(&c, &ns, "capped").await?.ok_or("gone")?.status.and_then(|s| s.idle).ok_or("no status.idle")?;
+    ensure_eq(capped.timeout.as_str(), "10m", "the capped timeout")?;
+    ensure(capped.message.contains("--idle-timeout-max"), format!("the message names the cap: {}", capped.message))?;
+
+    // Start again: the annotation, acknowledged in status; the same data.
+    shared.lock().unwrap().answers.insert("idle".into(), json!({"lastActivity": "now", "busy": false}));
+    Api::<TinycodeInstance>::namespaced(c.clone(), &ns)
+        .patch(
+            "idle",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"tinycode.dev/start-requested-at": "s1"}}})),
+        )
+        .await
+        .ctx("annotate")?;
+    wait_for("the start's revision", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.0 == revision + 2 && r.1 == "deployed"))
+    })
+    .await?;
+    let inst = run_to_running(&c, &ns, "idle").await?;
+    let idle = inst.status.clone().and_then(|s| s.idle).ok_or("no status.idle")?;
+    ensure_eq(
+        (idle.stopped, idle.last_handled_start_at.as_deref()),
+        (false, Some("s1")),
+        "status.idle after the start",
+    )?;
+    let replicas = deployments.get(&naming::fullname("idle")).await.ctx("deployment")?.spec.replicas;
+    ensure_eq(replicas, Some(1), "replicas after the start")?;
+    ensure_eq(crate::pvc_uids(&c, &ns, "idle").await?, pvcs, "the same PVCs after the start")?;
+    let events = Api::<Event>::namespaced(c.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    ensure(events.items.iter().any(|e| e.reason.as_deref() == Some("Started")), "no Started event")?;
+    // In use now: it runs on past its timeout.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let inst = get_instance(&c, &ns, "idle").await?.ok_or("gone")?;
+    ensure_eq(inst.status.and_then(|s| s.phase).map(|p| p.as_str()), Some("Running"), "phase once in use")?;
+    for name in ["busy", "used", "capped", "idle"] {
+        super::delete_and_wait_gone(&c, &ns, name).await?;
+    }
+    Ok(())
+}
