@@ -18,7 +18,10 @@
 # BENCH_QUICK=1 stops after the rollout (one line of figures, for repeats);
 # BENCH_DELETE=0 and BENCH_UPGRADE=0 skip those phases; BENCH_HEAP_PROFILE=1 runs an
 # operator built with heap profiling (dhat), which writes target/dhat-heap.json
-# (what was allocated where at the heap's peak) when it stops.
+# (what was allocated where at the heap's peak) when it stops. BENCH_IDLE=1
+# gives every instance an idle timeout (8h, never reached) and serves their
+# activity reports from a loopback stand-in, so the idle period shows what the
+# activity checks cost (the stand-in counts the requests).
 set -euo pipefail
 
 N=${1:-100}
@@ -119,6 +122,7 @@ start_operator() {
 	local env=("HELM_BIN=$TINYCODE_HELM" "HELM_CHART_PATH=$CHART" "HOME=$OP_TMP" "TMPDIR=$OP_TMP"
 		"TINYCODE_HEALTH_ADDR=$HEALTH" "TINYCODE_METRICS_ADDR=$METRICS" TINYCODE_METRICS_AUTH=none
 		POD_NAME=bench "RUST_LOG=warn,tinycode_operator::reconcile=info" NO_COLOR=1)
+	if [[ -n $ACTIVITY_URL ]]; then env+=("TINYCODE_ACTIVITY_URL=$ACTIVITY_URL" TINYCODE_VLLM_ALLOW_LOOPBACK=true); fi
 	if ((IN_CLUSTER)); then
 		# The inner scripts take their paths as arguments ($1..$3), unexpanded here.
 		# shellcheck disable=SC2016
@@ -140,7 +144,7 @@ start_operator() {
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
 sim=
-trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE" "$OP_TMP"' EXIT
+trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; if [[ -n "${standin:-}" ]]; then kill "$standin" 2>/dev/null || true; fi; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE" "$OP_TMP"' EXIT
 
 metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
@@ -172,10 +176,40 @@ reference() {
 }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
+# BENCH_IDLE=1: every instance's activity report, from one loopback stand-in
+# that appends a line per request to $STATE/activity.log.
+ACTIVITY_URL='' IDLE_SPEC='' standin=''
+if [[ ${BENCH_IDLE:-} == 1 ]]; then
+	python3 - "$STATE/activity.log" "$STATE/activity.port" <<-'EOF' &
+	import datetime, http.server, sys
+	log = open(sys.argv[1], "a", buffering=1)
+	class Report(http.server.BaseHTTPRequestHandler):
+	    protocol_version = "HTTP/1.1"
+	    def do_GET(self):
+	        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+	        body = ('{"lastActivity": "%s", "busy": false}' % now).encode()
+	        self.send_response(200)
+	        self.send_header("Content-Type", "application/json")
+	        self.send_header("Content-Length", str(len(body)))
+	        self.end_headers()
+	        self.wfile.write(body)
+	        log.write(self.path + "\n")
+	    def log_message(self, *args):
+	        pass
+	server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Report)
+	open(sys.argv[2], "w").write(str(server.server_address[1]))
+	server.serve_forever()
+	EOF
+	standin=$!
+	until [[ -s $STATE/activity.port ]]; do sleep 0.1; done
+	ACTIVITY_URL="http://127.0.0.1:$(cat "$STATE/activity.port")/{namespace}/{name}"
+	IDLE_SPEC=', idle: {timeout: 8h}'
+fi
+activity_requests() { if [[ -f $STATE/activity.log ]]; then wc -l <"$STATE/activity.log"; else echo 0; fi; }
 start_operator
 log "creating $N instances in $NS"
 for i in $(seq 1 "$N"); do
-	printf -- '---\napiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: i%d, namespace: %s}\nspec: {auth: {passwordSecret: tinycode-password}}\n' "$i" "$NS"
+	printf -- '---\napiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: i%d, namespace: %s}\nspec: {auth: {passwordSecret: tinycode-password}%s}\n' "$i" "$NS" "$IDLE_SPEC"
 done >"$STATE/instances.yaml"
 "$BIN/tinycode-local" simulate >"$STATE/simulate.log" 2>&1 &
 sim=$!
@@ -223,10 +257,16 @@ helm_sum=$(awk -v a="$(metric 'tinycode_operator_helm_duration_seconds_sum{actio
 
 peak_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$op/status")
 sleep 5 # the last status writes of the rollout settle
+# BENCH_IDLE=1: the first check of each instance (within two check intervals
+# of its Running) records once what its activity is judged by; the idle
+# period measures the checks after that.
+if [[ ${BENCH_IDLE:-} == 1 ]]; then sleep 125; fi
 r0=$(metric tinycode_operator_reconciles_total)
 h0=$(metric tinycode_operator_helm_invocations_total)
 a0=$(audit_mark)
+idle_cpu0=$(cpu "$op" own) act0=$(activity_requests)
 sleep 60
+idle_cpu1=$(cpu "$op" own) act1=$(activity_requests)
 r1=$(metric tinycode_operator_reconciles_total)
 h1=$(metric tinycode_operator_helm_invocations_total)
 read -r idle_req idle_writes _ < <(audit_since "$a0")
@@ -279,6 +319,7 @@ printf 'helm runs / mean duration          %.0f / %s s, CPU per run %s s\n' "$he
 	"$(awk -v a="$helm0" -v b="$helm1" -v n="$helm_runs" 'BEGIN { printf "%.2f", n ? (b - a) / n : 0 }')"
 printf 'operator peak RSS (rollout)        %d MiB\n' "$((peak_kb / 1024))"
 printf 'idle 60 s: reconciles / helm runs  %.0f / %.0f; operator requests / writes %s / %s\n' "$(awk -v a="$r0" -v b="$r1" 'BEGIN { print b - a }')" "$(awk -v a="$h0" -v b="$h1" 'BEGIN { print b - a }')" "$idle_req" "$idle_writes"
+printf 'idle 60 s: operator CPU / activity checks  %s s / %s (BENCH_IDLE=%s)\n' "$(awk -v a="$idle_cpu0" -v b="$idle_cpu1" 'BEGIN { printf "%.2f", b - a }')" "$((act1 - act0))" "${BENCH_IDLE:-0}"
 printf 'restart: all resynced after        %s s, helm runs %.0f (must be 0), requests %s, status writes %s\n' "$resync_s" "$resync_helm" "$resync_req" "$resync_status"
 printf 'operator RSS after resync          %d MiB (%d MiB as the last reconcile ended; %s)\n' "$((rss_kb / 1024))" "$((rss_now_kb / 1024))" "$rss_split"
 printf 'operator upgrade: all re-rendered  %s s\n' "$upgrade_s"

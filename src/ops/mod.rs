@@ -7,7 +7,6 @@ pub mod decisions;
 pub mod health;
 pub mod http_server;
 pub mod leader;
-pub mod memory;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod oidc;

@@ -211,16 +211,20 @@ pub fn decide(
         }
     } else if let (false, Some(limit)) = (inst.spec.stopped, t.timeout) {
         let v = verdict(obs, limit, floor, now);
-        judged_by = match (&v, obs.map(|o| &o.result)) {
-            (Verdict::Unknown(_), _) => "unknown".into(),
-            (_, Some(Ok(a))) => a.judged_by.as_str().into(),
-            _ => judged_by,
-        };
-        message = match &v {
-            Verdict::Unknown(why) => {
-                format!("activity unknown, so it is not stopped for idleness: {}", crate::reconcile::truncate(why, 300))
-            }
-            _ => format!("stops after {} without activity ({})", format_duration(limit), t.origin),
+        let base = format!("stops after {} without activity ({})", format_duration(limit), t.origin);
+        let timeout_kept = prev.timeout == format_duration(limit);
+        (judged_by, message) = match (&v, obs.map(|o| &o.result)) {
+            // Not checked by this process yet (it just started, or the
+            // instance just started running): what status says stands, so a
+            // restart writes nothing.
+            (_, None) if timeout_kept && !prev.message.is_empty() => (judged_by, message),
+            (_, None) => (judged_by, base),
+            (Verdict::Unknown(why), _) => (
+                "unknown".into(),
+                format!("{base}; activity unknown, so it is not stopped: {}", crate::reconcile::truncate(why, 300)),
+            ),
+            (_, Some(Ok(a))) => (a.judged_by.as_str().into(), base),
+            (_, Some(Err(_))) => (judged_by, base),
         };
         if let Verdict::Idle { since } = v {
             state.stopped = true;
@@ -305,20 +309,15 @@ pub async fn watch(
                 let v = verdict(Some(&obs), limit, floor, now);
                 metrics.activity_check(v.as_str());
                 let key = ObjectRef::from_obj(&*inst);
-                let changed = {
-                    let mut map = observations.lock().expect("lock");
-                    let before = map.insert(key.clone(), obs.clone());
-                    // Status shows what the checks judge by: the first answer, or a
-                    // change between answering and not, concerns the reconcile.
-                    before
-                        .map(|b| {
-                            b.result.is_ok() != obs.result.is_ok()
-                                || b.result.as_ref().ok().map(|a| a.judged_by)
-                                    != obs.result.as_ref().ok().map(|a| a.judged_by)
-                        })
-                        .unwrap_or(true)
+                observations.lock().expect("lock").insert(key.clone(), obs.clone());
+                // Status shows what activity is judged by: a check that says
+                // otherwise concerns the reconcile; one that agrees costs nothing.
+                let judged_by = match (&v, &obs.result) {
+                    (Verdict::Unknown(_), _) | (_, Err(_)) => "unknown",
+                    (_, Ok(a)) => a.judged_by.as_str(),
                 };
-                if matches!(v, Verdict::Idle { .. }) || changed {
+                let shown = inst.status.as_ref().and_then(|s| s.idle.as_ref()).map(|i| i.judged_by.as_str());
+                if matches!(v, Verdict::Idle { .. }) || shown != Some(judged_by) {
                     let _ = wake.try_send(key);
                 }
             });
@@ -468,9 +467,18 @@ mod tests {
         let i = inst(serde_json::json!({"idle": {"timeout": "1h"}}), running.clone(), None);
         let busy = decide(&i, &settings, Some(&obs("2026-12-01T00:00:00Z", Some(true))), now, "oc");
         assert!(!busy.stopped && busy.transition.is_none());
-        let unknown = decide(&i, &settings, None, now, "oc");
+        let failed = Observation { at: now, result: Err("connection refused".into()) };
+        let unknown = decide(&i, &settings, Some(&failed), now, "oc");
         assert!(!unknown.stopped);
-        assert_eq!(unknown.status.unwrap().judged_by, "unknown");
+        let st = unknown.status.unwrap();
+        assert_eq!(st.judged_by, "unknown");
+        assert!(st.message.contains("connection refused"), "{}", st.message);
+        // Not checked yet (a restarted operator): status stands as it was.
+        let checked =
+            serde_json::json!({"phase": "Running", "idle": {"timeout": "1h", "judgedBy": "requests", "message": "m"}});
+        let i = inst(serde_json::json!({"idle": {"timeout": "1h"}}), checked.clone(), None);
+        let kept: IdleStatus = serde_json::from_value(checked["idle"].clone()).unwrap();
+        assert_eq!(decide(&i, &settings, None, now, "oc").status, Some(kept));
         let untimed = inst(serde_json::json!({}), running, None);
         let d = decide(&untimed, &settings, Some(&obs("2026-12-01T00:00:00Z", None)), now, "oc");
         assert!(!d.stopped);

@@ -51,7 +51,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 use crate::api::{FINALIZER, Phase, TinycodeInstance};
 use crate::helm::{Helm, manifest, remediation::RetryBudget};
 use crate::ops::health::HealthState;
-use crate::ops::memory::Trimmer;
 use crate::ops::metrics::Metrics;
 use crate::settings::Settings;
 use crate::vllm;
@@ -80,8 +79,6 @@ pub struct Context {
     manifests: Mutex<HashMap<String, Arc<Vec<manifest::ObjectRef>>>>,
     /// Namespaces found prepared, and when.
     prepared: written::Prepared,
-    /// Returns the heap a burst of reconciles freed once they drain.
-    memory: Arc<Trimmer>,
     /// Statuses written that the cache may not show yet.
     pub written: written::WrittenStatuses,
     /// Instances whose finalizer this process removed.
@@ -116,7 +113,6 @@ impl Context {
             retries,
             manifests: Mutex::default(),
             prepared: written::Prepared::default(),
-            memory: Arc::default(),
             written: written::WrittenStatuses::default(),
             finalized: written::Finalized::default(),
         }
@@ -214,10 +210,8 @@ pub async fn run(
         while tokio::time::timeout(Duration::from_secs(1), reader.wait_until_ready()).await.is_err() {}
         ready_ctx.stores.ready().await;
         synced.synced.store(true, Ordering::Relaxed);
-        ready_ctx.memory.settled();
         tracing::info!("watches synced");
     });
-    tokio::spawn(ctx.memory.clone().run());
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -237,7 +231,6 @@ pub async fn run(
 #[tracing::instrument(skip_all, fields(namespace = inst.namespace().unwrap_or_default(), name = inst.name_any()))]
 pub async fn reconcile(inst: Arc<TinycodeInstance>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.stores.ready().await;
-    let _busy = ctx.memory.busy();
     let ns = inst.namespace().unwrap_or_default();
     let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &ns);
     if inst.metadata.deletion_timestamp.is_some() && ctx.finalized.contains(&inst) {

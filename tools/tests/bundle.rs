@@ -168,7 +168,8 @@ fn manager_runs_non_root_read_only_with_health_and_metrics() {
         .iter()
         .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_i64().unwrap()))
         .collect();
-    assert_eq!(ports, BTreeMap::from([("health", 8081), ("metrics", 8383)]));
+    // The sign-in relay (served only with --oidc-issuer-url).
+    assert_eq!(ports, BTreeMap::from([("health", 8081), ("metrics", 8383), ("oidc-relay", 8484)]));
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     let env: BTreeMap<&str, &Value> =
@@ -248,6 +249,11 @@ fn bundle_names_the_given_image_and_never_another_projects() {
     assert!(related.contains(&image), "{related:?}");
     assert!(related.iter().any(|r| r.contains("/ollama/ollama")), "the bundled Ollama is listed: {related:?}");
     assert!(related.iter().any(|r| r.contains("tinycode-container")), "the tinycode image is listed: {related:?}");
+    // The sign-in proxies an instance with spec.auth.mode runs (the gate is the operator's image).
+    let signin = tinycode_operator::settings::SigninSettings::default();
+    for proxy in [&signin.oauth2_proxy_image, &signin.openshift_oauth_proxy_image] {
+        assert!(related.contains(&proxy.as_str()), "{proxy} is listed: {related:?}");
+    }
     for (file, text) in tree(&out) {
         assert!(!text.contains("localhost/tinycode-operator"), "{file} still names the placeholder");
     }

@@ -18,6 +18,7 @@ const ICON_SVG: &str = include_str!("../../../config/manifests/icon.svg");
 pub fn cluster_service_version() -> Value {
     let version = tinycode_operator::VERSION;
     let image = operator_image();
+    let signin = tinycode_operator::settings::SigninSettings::default();
     json!({
         "apiVersion": "operators.coreos.com/v1alpha1",
         "kind": "ClusterServiceVersion",
@@ -44,10 +45,13 @@ pub fn cluster_service_version() -> Value {
             // mirroring (oc adm catalog mirror reads this list). Tags, not
             // digests: neither upstream publishes a digest this repository
             // could pin and check here.
+            // The operator's image is also the sign-in pods' gate.
             "relatedImages": [
                 {"name": "tinycode-operator", "image": image},
                 {"name": "tinycode", "image": DEFAULT_IMAGE},
                 {"name": "ollama", "image": tinycode_operator::settings::Settings::default().ollama_image},
+                {"name": "oauth2-proxy", "image": signin.oauth2_proxy_image},
+                {"name": "openshift-oauth-proxy", "image": signin.openshift_oauth_proxy_image},
             ],
         },
     })

@@ -263,7 +263,11 @@ pub async fn oidc_sign_in_admits_only_users_allowed_use(env: &mut Env) -> TestRe
     let secret_file = env.work.path().join("oidc-client-secret");
     std::fs::write(&secret_file, CLIENT_SECRET).ctx("write the client secret")?;
     let relay_port = free_port()?;
+    // The gate's activity report, where the operator reads it (idle stop).
+    let activity_port = free_port()?;
     env.extra_env = vec![
+        ("TINYCODE_ACTIVITY_URL".into(), format!("http://127.0.0.1:{activity_port}/activity")),
+        ("TINYCODE_ACTIVITY_CHECK_SECONDS".into(), "1".into()),
         ("TINYCODE_OIDC_ISSUER_URL".into(), issuer.clone()),
         ("TINYCODE_OIDC_CLIENT_ID".into(), CLIENT_ID.into()),
         ("TINYCODE_OIDC_CLIENT_SECRET_FILE".into(), secret_file.display().to_string()),
@@ -272,7 +276,7 @@ pub async fn oidc_sign_in_admits_only_users_allowed_use(env: &mut Env) -> TestRe
         ("TINYCODE_ACCESS_CACHE_SECONDS".into(), ACCESS_CACHE_SECONDS.to_string()),
     ];
     env.start_operator()?;
-    let result = signed_in(env, &mut procs, &oauth2_proxy, &admin_url, relay_port).await;
+    let result = signed_in(env, &mut procs, &oauth2_proxy, &admin_url, (relay_port, activity_port)).await;
     drop(procs);
     env.extra_env.clear();
     env.start_operator()?;
@@ -284,7 +288,7 @@ async fn signed_in(
     procs: &mut Procs,
     oauth2_proxy: &str,
     admin_url: &str,
-    relay_port: u16,
+    (relay_port, activity_port): (u16, u16),
 ) -> TestResult {
     let admin = env.client().await;
     let alice = tenant(env, "alice@example.com", "signin").await?;
@@ -358,6 +362,10 @@ async fn signed_in(
             ("127.0.0.1:4181", format!("127.0.0.1:{gate_port}")),
             ("http://127.0.0.1:4096", format!("http://127.0.0.1:{tinycode_port}")),
             ("/var/run/secrets/tinycode/gate", gate_dir.display().to_string()),
+            ("0.0.0.0:4097", format!("127.0.0.1:{activity_port}")),
+            // An image without an activity report (nothing listens there):
+            // the gate judges by the requests it lets through alone.
+            ("http://127.0.0.1:4098/activity", format!("http://127.0.0.1:{}/activity", free_port()?)),
         ],
     )?;
     gate_args.push(format!("--api-server={server}"));
@@ -460,6 +468,30 @@ async fn signed_in(
         ensure_eq(forged, 401, "alice's credential for another instance")?;
         let own_wrong_secret = relay_post(relay_port, &format!("/oidc/token/{ns}/dev"), CLIENT_SECRET).await?;
         ensure_eq(own_wrong_secret, 401, "the raw client secret is not a credential either")?;
+
+        // Idle stop judged by the requests the gate lets through: alice's
+        // requests keep the instance running past its timeout; once they
+        // stop, it is stopped (the spec untouched).
+        apply_instance(&alice.client, &ns, "dev", json!({"auth": {"mode": "oidc"}, "idle": {"timeout": "8s"}}))
+            .await
+            .ctx("set an idle timeout")?;
+        for _ in 0..7 {
+            let (status, _, _) = front.get("/keepalive", &alice_jar).await?;
+            ensure_eq(status, 200, "alice while she works")?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let inst = get_instance(&admin, &ns, "dev").await?.ok_or("gone")?;
+        let st = inst.status.clone().unwrap_or_default();
+        ensure_eq(st.phase.map(|p| p.as_str()), Some("Running"), "phase while alice works (14 s, timeout 8 s)")?;
+        ensure_eq(
+            st.idle.map(|i| (i.timeout, i.judged_by)),
+            Some(("8s".to_string(), "requests".to_string())),
+            "status.idle while alice works",
+        )?;
+        let inst = wait_phase(&admin, &ns, "dev", "Stopped").await?;
+        let (_, reason, _) = ready(&inst);
+        ensure_eq(reason.as_str(), "Idle", "Ready's reason once nobody uses it")?;
+        ensure(!inst.spec.stopped, "the operator wrote spec.stopped")?;
         Ok::<(), String>(())
     }
     .await
