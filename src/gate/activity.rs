@@ -38,6 +38,8 @@ pub struct Tracker {
 impl Tracker {
     /// The gate starting counts as activity: a pod just started is not idle.
     pub fn new(image_report: Option<String>) -> Self {
+        // reqwest is built without a crypto provider of its own (kube brings ring).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .redirect(reqwest::redirect::Policy::none())

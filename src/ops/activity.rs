@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
 use crate::settings::ProbeSettings;
-use crate::vllm::{self, netguard};
+use crate::vllm;
 
 /// Longest report read; a report is a few dozen bytes.
 pub const MAX_REPORT_BYTES: usize = 4096;
@@ -83,20 +83,7 @@ pub struct Reader {
 
 impl Reader {
     pub fn new(probes: &ProbeSettings) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(probes.timeout)
-            .connect_timeout(probes.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(netguard::GuardedResolver::with_nameservers(
-                probes.allow_loopback,
-                probes.timeout,
-                &probes.nameservers,
-            ))
-            .build()
-            .expect("HTTP client");
-        Self { client, allow_loopback: probes.allow_loopback }
+        Self { client: vllm::guarded_client(probes), allow_loopback: probes.allow_loopback }
     }
 
     /// GET `url` and parse its answer.
@@ -141,6 +128,18 @@ mod tests {
         assert!(parse(b"not json", now).unwrap_err().contains("CONTAINER.md"));
         assert!(parse(br#"{"lastActivity":"yesterday"}"#, now).unwrap_err().contains("lastActivity"));
         assert!(parse(br#"{"lastActivity":"2026-12-04T11:00:00Z","judgedBy":"vibes"}"#, now).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_service_turned_toward_the_node_or_a_metadata_address_is_never_dialled() {
+        // A tenant can make the instance's Service an ExternalName, or the
+        // template can meet a name that resolves there: the guard refuses
+        // before any connection.
+        let reader = Reader::new(&ProbeSettings { allow_loopback: false, ..Default::default() });
+        for url in ["http://127.0.0.1:4097/activity", "http://169.254.169.254/activity", "http://[::1]:4097/activity"] {
+            let e = reader.read(url).await.unwrap_err();
+            assert!(e.contains("never") || e.contains("refused") || e.contains("not allowed"), "{url}: {e}");
+        }
     }
 
     #[test]

@@ -155,7 +155,8 @@ pub fn verdict(obs: Option<&Observation>, timeout: Duration, floor: Option<Times
     if activity.busy == Some(true) {
         return Verdict::Busy;
     }
-    let last = floor.map_or(activity.last_activity, |f| f.max(activity.last_activity));
+    // The floor is the operator's own word (status), yet never later than now.
+    let last = floor.map_or(activity.last_activity, |f| f.min(now).max(activity.last_activity));
     let limit = SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX);
     if now.duration_since(last) >= limit { Verdict::Idle { since: last } } else { Verdict::Active }
 }

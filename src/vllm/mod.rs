@@ -223,6 +223,28 @@ pub fn tool_calling_disabled(error_body: &str) -> bool {
     error_body.contains("enable-auto-tool-choice")
 }
 
+/// An HTTP client for addresses a tenant chooses (model servers, an
+/// instance's activity report): no redirects, no proxy, `settings.timeout`
+/// per request, and names resolved by [`netguard::GuardedResolver`].
+pub fn guarded_client(settings: &ProbeSettings) -> reqwest::Client {
+    // reqwest is built without a crypto provider of its own (kube brings ring).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(settings.timeout)
+        .connect_timeout(settings.timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        // Names are resolved and their addresses checked in one step, so
+        // the address checked is the address connected to.
+        .dns_resolver(netguard::GuardedResolver::with_nameservers(
+            settings.allow_loopback,
+            settings.timeout,
+            &settings.nameservers,
+        ))
+        .build()
+        .expect("HTTP client")
+}
+
 /// Probes servers, reusing recent answers.
 pub struct Prober {
     client: reqwest::Client,
@@ -234,22 +256,7 @@ pub struct Prober {
 
 impl Prober {
     pub fn new(settings: ProbeSettings) -> Self {
-        // reqwest is built without a crypto provider of its own (kube brings ring).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .connect_timeout(settings.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            // Names are resolved and their addresses checked in one step, so
-            // the address checked is the address connected to.
-            .dns_resolver(netguard::GuardedResolver::with_nameservers(
-                settings.allow_loopback,
-                settings.timeout,
-                &settings.nameservers,
-            ))
-            .build()
-            .expect("HTTP client");
+        let client = guarded_client(&settings);
         Self { client, settings, cache: Mutex::default(), slots: Semaphore::new(MAX_CONCURRENT_PROBES) }
     }
 
