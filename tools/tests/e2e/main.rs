@@ -419,15 +419,36 @@ async fn basic_instance_converges(env: &mut Env) -> TestResult {
     )?;
     Api::<RoleBinding>::namespaced(c.clone(), &ns).get("dev-tinycode-discovery").await.ctx("discovery rolebinding")?;
     let np = Api::<NetworkPolicy>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("networkpolicy")?;
-    let ports: Vec<String> = np
+    // Each rule as (port, who may reach it): the UI for the router and the
+    // namespace, the activity report (idle stop) for the operator alone.
+    let rules: Vec<(String, Vec<String>)> = np
         .spec
         .and_then(|s| s.ingress)
         .unwrap_or_default()
         .iter()
-        .flat_map(|r| r.ports.clone().unwrap_or_default())
-        .filter_map(|p| p.port.map(|p| format!("{p:?}")))
+        .map(|r| {
+            let ports: Vec<String> =
+                r.ports.iter().flatten().filter_map(|p| p.port.clone()).map(|p| format!("{p:?}")).collect();
+            let from = r
+                .from
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(|f| serde_json::to_string(f).unwrap_or_default())
+                .collect();
+            (ports.join(","), from)
+        })
         .collect();
-    ensure(ports.len() == 1 && ports[0].contains("4096"), format!("NetworkPolicy ingress ports {ports:?}"))?;
+    ensure_eq(
+        rules.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+        vec!["Int(4096)", "Int(4097)"],
+        "NetworkPolicy ingress ports",
+    )?;
+    ensure_eq(
+        rules[1].1.clone(),
+        vec![json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tinycode_tools::devcluster::OPERATOR_NAMESPACE}}}).to_string()],
+        "who reaches the activity port",
+    )?;
 
     let route = Api::<Route>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("route")?;
     ensure(owned(&route.metadata.owner_references), "Route is not owned by the instance")?;
