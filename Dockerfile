@@ -75,6 +75,6 @@ ENV PATH=/usr/local/bin \
     HELM_DATA_HOME=/tmp/.local/share/helm
 USER 1001
 WORKDIR /tmp
-EXPOSE 8081 8383
+EXPOSE 8081 8383 8484
 ENTRYPOINT ["/usr/local/bin/tinycode-operator"]
 CMD ["run"]

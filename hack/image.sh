@@ -212,6 +212,7 @@ CONFIG_ARGS=(
 	--env HELM_DATA_HOME=/tmp/.local/share/helm
 	--port 8081/tcp
 	--port 8383/tcp
+	--port 8484/tcp
 	--label name=tinycode-operator
 	--label summary="Installs and manages tinycode AI coding agent instances on OpenShift and Kubernetes"
 	--label io.k8s.display-name=tinycode-operator
