@@ -310,6 +310,9 @@ async fn admission_rejects_invalid_instances(env: &mut Env) -> TestResult {
             "contextLimit",
         ),
         ("t1", json!({"tlsTermination": "none"}), "spec.tlsTermination"),
+        // A duration the operator could not read never reaches it.
+        ("d1", json!({"idle": {"timeout": "1d"}}), "spec.idle.timeout"),
+        ("d2", json!({"idle": {"timeout": "30m1h"}}), "spec.idle.timeout"),
         ("q1", json!({"resources": {"limits": {"cpu": "two", "memory": "2Gi"}}}), "Kubernetes quantity"),
         (
             "q2",
