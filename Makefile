@@ -48,6 +48,7 @@ build: ## Build the operator and the dev tooling (tinycode-local) binaries
 generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the code
 	cargo build --quiet --workspace --bins
 	target/debug/tinycode-operator crd > config/crd/tinycode.dev_tinycodeinstances.yaml
+	target/debug/tinycode-operator crd --class > config/crd/tinycode.dev_tinycodeclasses.yaml
 	target/debug/tinycode-operator rbac > config/rbac/role.yaml
 	target/debug/tinycode-operator scc > config/scc/sccs.yaml
 	target/debug/tinycode-operator values-schema > helm-charts/tinycode/values.schema.json

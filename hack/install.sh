@@ -147,10 +147,14 @@ install_sccs() {
 }
 
 install_crd() {
+	local crd
 	apply_file "${REPO_ROOT}/config/crd/tinycode.dev_tinycodeinstances.yaml"
-	kc wait --for=condition=Established --timeout=60s "crd/${CRD_NAME}" >/dev/null ||
-		die "the CRD ${CRD_NAME} was not Established within 60s (see: ${KUBECTL##*/} describe crd ${CRD_NAME})"
-	log "CRD ${CRD_NAME} is Established"
+	apply_file "${REPO_ROOT}/config/crd/tinycode.dev_tinycodeclasses.yaml"
+	for crd in "${CRD_NAME}" tinycodeclasses.tinycode.dev; do
+		kc wait --for=condition=Established --timeout=60s "crd/${crd}" >/dev/null ||
+			die "the CRD ${crd} was not Established within 60s (see: ${KUBECTL##*/} describe crd ${crd})"
+		log "CRD ${crd} is Established"
+	done
 }
 
 install_namespace() {

@@ -140,6 +140,7 @@ remove_sccs() {
 remove_crd() {
 	if [[ "$DELETE_CRD" == true ]]; then
 		delete_file "${REPO_ROOT}/config/crd/tinycode.dev_tinycodeinstances.yaml"
+		delete_file "${REPO_ROOT}/config/crd/tinycode.dev_tinycodeclasses.yaml"
 	elif crd_exists; then
 		log "kept the CRD ${CRD_NAME} and its $(instance_count) instance(s) (deleting it deletes every instance; pass --delete-crd to do that)"
 	fi

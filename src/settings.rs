@@ -72,7 +72,7 @@ pub struct Settings {
 pub const ACTIVITY_PORT: u16 = 4097;
 
 /// Idle stop (`spec.idle`), as the cluster-admin sets it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdleSettings {
     /// Timeout of instances that set none; `None`: they never idle.
     pub default_timeout: Option<Duration>,

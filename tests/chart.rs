@@ -426,6 +426,66 @@ fn ollama_bundle_lives_in_the_same_release() {
     assert_eq!(env_of(container(dep, "tinycode"), "TINYCODE_OLLAMA_HOST").unwrap()["value"], "http://dev-ollama:11434");
 }
 
+#[test]
+fn a_gpu_class_places_ollama_on_gpu_nodes_and_leaves_the_ide_where_it_was() {
+    use tinycode_operator::reconcile::policy::{Choice, apply};
+    let class = json!({
+        "tinycode": {"defaults": {"limits": {"cpu": "3", "memory": "6Gi"}}, "max": {"cpu": "4"}, "runtimeClassName": "kata"},
+        "ollama": {"defaults": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}},
+                   "max": {"nvidia.com/gpu": "1"}, "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "runtimeClassName": "nvidia"},
+        "imagePullSecrets": [{"name": "team-pull"}]
+    });
+    let choice =
+        Choice::Found { name: "gpu".into(), spec: Box::new(serde_json::from_value(class).unwrap()), warning: None };
+    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({
+        "ollama": {"enabled": true}, "nodeSelector": {"zone": "a"},
+        "env": [{"name": "OPENROUTER_API_KEY", "secretKeyRef": {"name": "keys", "key": "openrouter"}}],
+        "vllm": [{"name": "big-model", "url": "http://vllm.models.svc:8000", "apiKeySecret": {"name": "keys", "key": "vllm"}}]
+    }))
+    .unwrap();
+    let applied = apply(&choice, &spec, &Settings::default(), 0).expect("within the class");
+    let approved = Approved { class: applied.from_class, ..Approved::default() };
+    let cfg = config::generate(&applied.spec, &Default::default());
+    let inst = InstanceRef { name: "dev", namespace: "team", uid: "uid-123" };
+    let (v, docs) = render_values(values::build(&inst, &applied.spec, &Settings::default(), &approved, cfg));
+    let ide = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(ide["metadata"]["annotations"]["tinycode.dev/class"], "gpu");
+    let pod = &ide["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"], json!({"zone": "a"}), "the IDE is not forced onto GPU nodes");
+    assert_eq!(pod["runtimeClassName"], "kata");
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "team-pull"}]));
+    assert!(pod["tolerations"].is_null());
+    assert_eq!(container(ide, "tinycode")["resources"]["limits"], json!({"cpu": "3", "memory": "6Gi"}));
+    let ollama = find(&docs, "Deployment", "dev-ollama");
+    let opod = &ollama["spec"]["template"]["spec"];
+    assert_eq!(opod["nodeSelector"], json!({"nvidia.com/gpu.present": "true"}));
+    assert_eq!(opod["tolerations"][0]["key"], "nvidia.com/gpu");
+    assert_eq!(opod["runtimeClassName"], "nvidia");
+    let r = &opod["containers"][0]["resources"];
+    assert_eq!(r["limits"], json!({"memory": "16Gi", "nvidia.com/gpu": "1"}));
+    assert_eq!(r["requests"], json!({"cpu": "2", "memory": "8Gi"}));
+    // Keys are references: the variable is set from the Secret, and the
+    // config names the variable, never a value.
+    let c = container(ide, "tinycode");
+    let or = env_of(c, "OPENROUTER_API_KEY").unwrap();
+    assert_eq!(or["valueFrom"]["secretKeyRef"], json!({"name": "keys", "key": "openrouter"}));
+    assert!(or.get("value").is_none());
+    let vk = env_of(c, "TINYCODE_VLLM_BIG_MODEL_API_KEY").unwrap();
+    assert_eq!(vk["valueFrom"]["secretKeyRef"], json!({"name": "keys", "key": "vllm"}));
+    assert_eq!(v.secret_env.len(), 2);
+}
+
+#[test]
+fn without_placement_of_its_own_ollama_keeps_the_instances() {
+    let (_, docs) = render(json!({"ollama": {"enabled": true}, "nodeSelector": {"zone": "a"}}));
+    let opod = &find(&docs, "Deployment", "dev-ollama")["spec"]["template"]["spec"];
+    assert_eq!(opod["nodeSelector"], json!({"zone": "a"}));
+    assert_eq!(opod["containers"][0]["resources"], json!({"requests": {"cpu": "100m", "memory": "256Mi"}}));
+    assert!(opod["runtimeClassName"].is_null() && opod["imagePullSecrets"].is_null());
+}
+
 /// Every mode that adds objects: Ollama and its PVC, a config, discovery
 /// elsewhere, an approved cluster role.
 fn everything() -> (Value, Approved) {

@@ -16,6 +16,7 @@ fn check(args: &[&str], file: &str) {
 #[test]
 fn crd_matches_the_rust_types() {
     check(&["crd"], "config/crd/tinycode.dev_tinycodeinstances.yaml");
+    check(&["crd", "--class"], "config/crd/tinycode.dev_tinycodeclasses.yaml");
 }
 
 #[test]

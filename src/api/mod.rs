@@ -13,9 +13,11 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod class;
 mod parts;
 mod status;
 
+pub use class::*;
 pub use parts::*;
 pub use status::*;
 
@@ -81,6 +83,7 @@ pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "URL", type_ = "string", json_path = ".status.url"),
     printcolumn(name = "Auth", type_ = "string", json_path = ".status.auth.mode"),
+    printcolumn(name = "Class", type_ = "string", json_path = ".status.class"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63")
         .message("metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at most 63 characters (it is a label value; the names derived from it are shortened to fit)")
@@ -101,19 +104,40 @@ pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
         .message("spec.ollama.host points at an external Ollama and spec.ollama.enabled deploys one: set only one of them"),
 )]
 pub struct TinycodeInstanceSpec {
+    /// The TinycodeClass whose defaults and limits apply (cluster-scoped,
+    /// set by a cluster-admin). Unset: the class marked default, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(min = 1, max = 253))]
+    pub class_name: Option<String>,
+
     /// Container image; its registry must be in the operator's allow-list.
-    #[serde(default = "default_image")]
+    /// Unset: the class's image, else the operator's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(IMAGE_PATTERN), length(max = 512))]
-    pub image: String,
+    pub image: Option<String>,
+
+    /// Secrets (in this namespace) for pulling images from a private
+    /// registry; each must exist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub image_pull_secrets: Vec<SecretName>,
+
+    /// Environment variables of the tinycode container, each from a Secret
+    /// key (model providers' API keys such as OPENROUTER_API_KEY). Values are
+    /// referenced, never copied: they are in no values file, status or event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub env: Vec<EnvFromSecret>,
 
     /// Number of tinycode pods; more than one needs a shared workspace.
     #[serde(default = "default_replicas")]
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
 
-    /// CPU and memory of the tinycode container.
-    #[serde(default)]
-    pub resources: Resources,
+    /// CPU and memory of the tinycode container. Unset: the class's
+    /// defaults, else 200m/512Mi requested and 2 CPUs/2Gi limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
 
     /// Where the data and the project workspace live: PVCs or a host directory.
     #[serde(default)]
@@ -193,16 +217,13 @@ pub struct TinycodeInstanceSpec {
     pub idle: Option<Idle>,
 }
 
-fn default_image() -> String {
-    DEFAULT_IMAGE.to_string()
-}
 fn default_replicas() -> i32 {
     1
 }
-fn default_limits() -> ResourceAmounts {
+pub(crate) fn default_limits() -> ResourceAmounts {
     ResourceAmounts { cpu: "2".into(), memory: "2Gi".into() }
 }
-fn default_requests() -> ResourceAmounts {
+pub(crate) fn default_requests() -> ResourceAmounts {
     ResourceAmounts { cpu: "200m".into(), memory: "512Mi".into() }
 }
 fn default_data_size() -> String {

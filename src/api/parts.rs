@@ -157,6 +157,18 @@ impl TlsTermination {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Ollama {
+    /// Requests and limits of the bundled Ollama, by resource, extended
+    /// resources included (e.g. limits: {nvidia.com/gpu: "1"}). Unset: the
+    /// class's defaults, else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceLists>,
+    /// Node labels the Ollama pod must run on (the IDE pod keeps its own
+    /// spec.nodeSelector, so it is not forced onto GPU nodes with Ollama).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Tolerations of the Ollama pod (Kubernetes' own type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
     /// Deploy an Ollama server in the same Helm release.
     #[serde(default)]
     pub enabled: bool,
@@ -313,6 +325,65 @@ pub struct VllmProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxProperties" = 100))]
     pub models: Option<BTreeMap<String, ModelLimits>>,
+    /// Secret key holding the server's API key: the operator's probe sends
+    /// it as a bearer token and the generated config references it from the
+    /// environment, so its value is never copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_secret: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret in the instance's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(min = 1, max = 253))]
+    pub name: String,
+    /// The key whose value is used.
+    #[schemars(pattern(r"^[-._a-zA-Z0-9]+$"), length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A Secret named by its name only.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SecretName {
+    /// The Secret's name (in the instance's namespace).
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// An environment variable whose value is a Secret key.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvFromSecret {
+    /// Variable name (e.g. OPENROUTER_API_KEY); names the chart sets itself
+    /// (TINYCODE_*, OLLAMA_HOST, HOME, PATH, ...) are refused.
+    #[x_kube(validation = Rule::new("!self.startsWith('TINYCODE_') && !(self in ['HOME', 'PATH', 'OLLAMA_HOST', 'KUBECONFIG', 'GIT_URL', 'GIT_BRANCH', 'GIT_DEPTH', 'GIT_PULL_ON_RESTART', 'OC_VERSION'])")
+        .message("spec.env[].name may not be TINYCODE_* or a variable the chart sets itself (HOME, PATH, OLLAMA_HOST, KUBECONFIG, GIT_*, OC_VERSION); choose the provider's own variable name"))]
+    #[schemars(pattern(r"^[A-Za-z_][A-Za-z0-9_]*$"), length(min = 1, max = 128))]
+    pub name: String,
+    /// The Secret key holding the value.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// Requests and limits by resource name, extended resources included.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.requests) || self.requests.all(k, isQuantity(self.requests[k]))")
+        .message("spec.ollama.resources.requests: every value must be a Kubernetes quantity such as 500m, 8Gi or 1"),
+    validation = Rule::new("!has(self.limits) || self.limits.all(k, isQuantity(self.limits[k]))")
+        .message("spec.ollama.resources.limits: every value must be a Kubernetes quantity such as 4, 16Gi or 1"),
+)]
+pub struct ResourceLists {
+    /// What the scheduler reserves, by resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    pub requests: BTreeMap<String, String>,
+    /// Most the container may use, by resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    pub limits: BTreeMap<String, String>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -38,6 +38,10 @@ pub struct TinycodeInstanceStatus {
     /// new leader honours the retry budget instead of starting it over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm_failures: Option<HelmFailures>,
+    /// The TinycodeClass whose defaults and limits apply (spec.className, or
+    /// the default class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// Who may open the UI (spec.auth.mode as applied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthStatus>,

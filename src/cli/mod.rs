@@ -42,7 +42,11 @@ pub enum Command {
     /// Run the controller (the default).
     Run,
     /// Print the TinycodeInstance CRD generated from the Rust types.
-    Crd,
+    Crd {
+        /// Print the TinycodeClass CRD instead.
+        #[arg(long)]
+        class: bool,
+    },
     /// Print what the operator would do for a TinycodeInstance, without a cluster.
     Values {
         /// TinycodeInstance YAML file ("-" for stdin).
@@ -54,6 +58,10 @@ pub enum Command {
         /// Skip network probes (vLLM).
         #[arg(long)]
         offline: bool,
+        /// TinycodeClass YAML file: check the instance against it and fill
+        /// in its defaults, as the operator would.
+        #[arg(long = "class")]
+        class: Option<PathBuf>,
     },
     /// Print the chart's values.schema.json generated from the values type.
     ValuesSchema,
@@ -557,8 +565,13 @@ pub fn main(cli: Cli) -> ExitCode {
     };
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => run::run(settings, cli.run),
-        Command::Crd => print_yaml(&[serde_json::to_value(TinycodeInstance::crd()).expect("crd")]),
-        Command::Values { file, namespace, offline } => values_cmd::command(&file, namespace, offline, &settings),
+        Command::Crd { class: false } => print_yaml(&[serde_json::to_value(TinycodeInstance::crd()).expect("crd")]),
+        Command::Crd { class: true } => {
+            print_yaml(&[serde_json::to_value(crate::api::TinycodeClass::crd()).expect("crd")])
+        }
+        Command::Values { file, namespace, offline, class } => {
+            values_cmd::command(&file, namespace, offline, class.as_ref(), &settings)
+        }
         Command::ValuesSchema => {
             print!("{}", values::schema_json());
             ExitCode::SUCCESS

@@ -10,9 +10,22 @@ use crate::api::TinycodeInstance;
 use crate::settings::Settings;
 
 /// What the operator would do for one CR, as JSON; non-zero with the status message when invalid.
-pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, settings: &Settings) -> ExitCode {
+pub fn command(
+    file: &PathBuf,
+    namespace: Option<String>,
+    offline: bool,
+    class: Option<&PathBuf>,
+    settings: &Settings,
+) -> ExitCode {
     let inst = match read_instance(file, namespace) {
         Ok(inst) => inst,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let class = match class.map(|c| read_class(c, &inst)).transpose() {
+        Ok(class) => class,
         Err(message) => {
             eprintln!("error: {message}");
             return ExitCode::from(2);
@@ -35,7 +48,18 @@ pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, setting
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets))
     };
-    let observed = crate::reconcile::observe::Observed::assumed(providers);
+    let mut observed = crate::reconcile::observe::Observed::assumed(providers);
+    let mut class_warning = None;
+    match class {
+        Some(c) => {
+            observed.class = crate::reconcile::policy::choose(inst.spec.class_name.as_deref(), &[std::sync::Arc::new(c)])
+        }
+        None => {
+            class_warning = inst.spec.class_name.as_ref().map(|name| {
+                format!("spec.className {name}: its limits are not checked; pass --class <file> with the TinycodeClass to check them")
+            })
+        }
+    }
     let valid = match crate::reconcile::validate::validate(&observed, &inst, settings, warnings) {
         Ok(v) => v,
         Err(e) => {
@@ -53,12 +77,14 @@ pub fn command(file: &PathBuf, namespace: Option<String>, offline: bool, setting
         }
     }
     warnings.extend(valid.pending_approvals.iter().cloned());
+    warnings.extend(class_warning);
     let generated = valid.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
     let out = json!({
         "release": plan.release_name,
         "releaseNamespace": settings.operator_namespace,
         "namespace": ns,
         "scc": plan.tier.scc_name(),
+        "class": valid.from_class.name,
         "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::marks::PASSWORD_KEY, "generated": generated},
         "values": plan.values,
         "warnings": warnings,
@@ -82,4 +108,23 @@ fn read_instance(file: &PathBuf, namespace: Option<String>) -> Result<TinycodeIn
         .ok_or("metadata.namespace is unset; set it in the file or pass -n NAMESPACE")?;
     inst.metadata.namespace = Some(ns);
     Ok(inst)
+}
+
+/// The TinycodeClass in `file`; it must be the one the instance names (or,
+/// naming none, it is taken as the default class).
+fn read_class(file: &PathBuf, inst: &TinycodeInstance) -> Result<crate::api::TinycodeClass, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let mut class: crate::api::TinycodeClass =
+        serde_yaml::from_str(&text).map_err(|e| format!("{} is not a TinycodeClass: {e}", file.display()))?;
+    let name = class.metadata.name.clone().unwrap_or_default();
+    match inst.spec.class_name.as_deref() {
+        Some(named) if named != name => {
+            Err(format!("the instance names class {named:?} but {} holds class {name:?}", file.display()))
+        }
+        Some(_) => Ok(class),
+        None => {
+            class.spec.default = true;
+            Ok(class)
+        }
+    }
 }

@@ -59,6 +59,13 @@ pub const PERMISSIONS: &[Permission] = &[
     },
     Permission {
         group: "tinycode.dev",
+        resources: &["tinycodeclasses"],
+        verbs: &["get", "list", "watch"],
+        names: any,
+        why: "read the classes (defaults and limits) cluster-admins offer",
+    },
+    Permission {
+        group: "tinycode.dev",
         resources: &["tinycodeinstances/status"],
         verbs: &["get", "patch", "update"],
         names: any,

@@ -26,6 +26,7 @@ pub mod kubeconfig;
 pub mod marks;
 pub mod observe;
 pub mod plan;
+pub mod policy;
 pub mod reason;
 pub mod revoke;
 pub mod rules;
@@ -339,6 +340,12 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         } else {
             Action::await_change()
         });
+    }
+    // The class first: a spec beyond it costs no Secret reads or probes.
+    let (class, rank) = observe::class_of(ctx, inst);
+    if let Err(invalid) = validate::class_policy(&class, rank, &inst.spec, &ctx.settings) {
+        revoke::revoke(ctx, inst, invalid.reason.as_str()).await?;
+        return Err(Error::blocked(invalid.reason, invalid.message));
     }
     let observed = observe::observe(ctx, inst).await?;
     let valid = match validate::validate(&observed, inst, &ctx.settings, warnings) {

@@ -74,6 +74,15 @@ pub struct Observed {
     pub activity: Option<crate::reconcile::idle::Observation>,
     /// When this was observed (idle stop measures time from it).
     pub now: k8s_openapi::jiff::Timestamp,
+    /// The TinycodeClass that applies.
+    pub class: crate::reconcile::policy::Choice,
+    /// Instances of that class in the namespace created before this one.
+    pub class_rank: usize,
+    /// Secrets named by spec.imagePullSecrets, spec.env and the vLLM
+    /// providers' apiKeySecret (with the class's pull secrets), by name: their keys.
+    pub secrets_present: BTreeMap<String, BTreeSet<String>>,
+    /// The vLLM providers' API keys, by provider name (sent by the probe only).
+    pub api_keys: BTreeMap<String, String>,
 }
 
 impl Observed {
@@ -159,6 +168,7 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
             .map(|n| n.metadata.labels.clone().unwrap_or_default()),
         ..Default::default()
     };
+    (o.class, o.class_rank) = class_of(ctx, inst);
     // A namespace that did not opt in, or is not prepared, is all validate
     // needs to know (and its Secrets would be refused anyway).
     if let Some((key, value)) = &ctx.settings.required_namespace_label
@@ -181,12 +191,78 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
     secrets(ctx, inst, &mut o).await?;
     o.release = release_facts(ctx, &ns, &inst.name_any(), o.deployment.as_deref()).await?;
     let others = discover::approved_discovery(&ns, &inst.spec, &o.discovery_labelled);
-    let targets: Vec<(String, String)> =
-        inst.spec.vllm.iter().flatten().map(|p| (p.name.clone(), p.url.clone())).collect();
+    let targets: Vec<(String, String, Option<String>)> = inst
+        .spec
+        .vllm
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone(), p.url.clone(), o.api_keys.get(&p.name).cloned()))
+        .collect();
     let (candidates, skipped) = discover::vllm_services(ctx, &ns, &others);
     o.discovery_skipped = skipped;
-    (o.providers, o.discovered) = futures::join!(ctx.prober.probe_all(&targets), ctx.prober.probe_all(&candidates));
+    (o.providers, o.discovered) =
+        futures::join!(ctx.prober.probe_all_with_keys(&targets), ctx.prober.probe_all(&candidates));
     Ok(o)
+}
+
+/// The class that applies to `inst` and how many older instances of it the
+/// namespace holds (from the watches).
+pub fn class_of(ctx: &Context, inst: &TinycodeInstance) -> (crate::reconcile::policy::Choice, usize) {
+    use crate::reconcile::policy::{self, Choice};
+    let classes = ctx.stores.classes.state();
+    let choice = policy::choose(inst.spec.class_name.as_deref(), &classes);
+    let Choice::Found { name, spec, .. } = &choice else { return (choice, 0) };
+    if spec.max_instances_per_namespace.is_none() {
+        return (choice, 0);
+    }
+    let ns = inst.namespace().unwrap_or_default();
+    let stamp =
+        |i: &TinycodeInstance| i.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+    let all = ctx.stores.instances.state();
+    let same: Vec<(String, String)> = all
+        .iter()
+        .filter(|i| i.metadata.namespace.as_deref() == Some(ns.as_str()) && i.metadata.deletion_timestamp.is_none())
+        .filter(|i| i.metadata.uid != inst.metadata.uid)
+        .filter(|i| matches!(policy::choose(i.spec.class_name.as_deref(), &classes), Choice::Found { name: n, .. } if n == *name))
+        .map(|i| (stamp(i), i.name_any()))
+        .collect();
+    let me = (stamp(inst), inst.name_any());
+    let rank = policy::rank((&me.0, &me.1), same.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+    (choice, rank)
+}
+
+/// Largest API key the probe sends (a bearer token is far smaller).
+const MAX_API_KEY_LEN: usize = 4096;
+
+/// The Secrets the spec and its class name for pulls, environment and API
+/// keys: which exist and with which keys; the providers' API keys, read
+/// for the probe alone.
+async fn referenced_secrets(api: &Api<Secret>, inst: &TinycodeInstance, o: &mut Observed) -> Result<(), Error> {
+    let spec = &inst.spec;
+    let class_pulls: Vec<String> = match &o.class {
+        crate::reconcile::policy::Choice::Found { spec, .. } => {
+            spec.image_pull_secrets.iter().map(|s| s.name.clone()).collect()
+        }
+        _ => Vec::new(),
+    };
+    let mut names: BTreeSet<String> = spec.image_pull_secrets.iter().map(|s| s.name.clone()).collect();
+    names.extend(class_pulls);
+    names.extend(spec.env.iter().map(|e| e.secret_key_ref.name.clone()));
+    names.extend(spec.vllm.iter().flatten().filter_map(|p| p.api_key_secret.as_ref().map(|r| r.name.clone())));
+    for name in names {
+        let Some(secret) = api.get_opt(&name).await.during("read a Secret the spec names")? else { continue };
+        let data = secret.data.unwrap_or_default();
+        for p in spec.vllm.iter().flatten() {
+            let Some(r) = p.api_key_secret.as_ref().filter(|r| r.name == name) else { continue };
+            if let Some(value) = data.get(&r.key).filter(|v| v.0.len() <= MAX_API_KEY_LEN)
+                && let Ok(text) = std::str::from_utf8(&value.0)
+            {
+                o.api_keys.insert(p.name.clone(), text.trim().to_string());
+            }
+        }
+        o.secrets_present.insert(name, data.into_keys().collect());
+    }
+    Ok(())
 }
 
 /// What the watches hold about the instance.
@@ -241,7 +317,7 @@ async fn secrets(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) -> Re
     if spec.auth.mode.signs_in() {
         o.signin = Some(signin_facts(ctx, &api, &ns, &name, spec.auth.mode).await?);
     }
-    Ok(())
+    referenced_secrets(&api, inst, o).await
 }
 
 /// The sign-in Secret's data (read live, like every Secret), a fresh cookie

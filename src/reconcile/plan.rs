@@ -196,6 +196,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
         },
         oidc_endpoints: valid.signin.as_ref().and_then(|s| s.endpoints.clone()),
         idle_stopped: valid.idle.stopped,
+        class: valid.from_class.clone(),
     };
     let config_json = config::generate(spec, &vllm::served_by_name(&observed.providers));
     let instance = InstanceRef { name, namespace: ns, uid: &valid.uid };

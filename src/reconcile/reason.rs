@@ -26,6 +26,12 @@ pub enum Blocked {
     KubeconfigSecretMissing,
     KubeconfigKeyMissing,
     KubeconfigInvalid,
+    /// The spec asks for more than its TinycodeClass allows.
+    ExceedsPolicy,
+    /// spec.className names no TinycodeClass.
+    ClassNotFound,
+    /// A Secret the spec names (imagePullSecrets, env, apiKeySecret) is missing.
+    SecretReferenceMissing,
     ReleaseRecordUnreadable,
     HelmOperationPending,
     FinalizerError,

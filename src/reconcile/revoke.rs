@@ -132,6 +132,29 @@ pub fn withdrawals(
     out
 }
 
+/// What a class no longer permits (its `permittedModes`), withdrawn as an
+/// approval taken back is: the shell and hostPath tiers' SCC grants, and
+/// cluster-admin mode's ClusterRoleBinding and kubeconfig copy.
+pub fn class_withdrawals(class: Option<&crate::api::TinycodeClassSpec>, held: &Held) -> Vec<Withdraw> {
+    use crate::api::Mode;
+    use crate::reconcile::policy::permits;
+    let mut out = Vec::new();
+    for (tier, mode) in [(SccTier::Shell, Mode::Shell), (SccTier::Hostpath, Mode::HostPath)] {
+        if held.scc_grants.contains(&tier) && !permits(class, mode) {
+            out.push(Withdraw::SccGrant(tier));
+        }
+    }
+    if !permits(class, Mode::ClusterAdmin) {
+        if held.cluster_role.is_some() {
+            out.push(Withdraw::ClusterRoleBinding);
+        }
+        if held.kubeconfig_copy.is_some() {
+            out.push(Withdraw::KubeconfigCopy);
+        }
+    }
+    out
+}
+
 /// Whether the workload must stop because of `what`.
 pub fn stops_workload(what: &[Withdraw], held: &Held) -> bool {
     held.workload_running && what.iter().any(Withdraw::in_the_pod)
@@ -224,7 +247,16 @@ pub async fn revoke(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Result
         .map(|n| n.metadata.labels.clone().unwrap_or_default());
     let held = held(ctx, inst).await?;
     let open = discovery_open(ctx, inst);
-    let what = withdrawals(inst, labels.as_ref(), &open, &ctx.settings, &held);
+    let mut what = withdrawals(inst, labels.as_ref(), &open, &ctx.settings, &held);
+    let class = match crate::reconcile::observe::class_of(ctx, inst).0 {
+        crate::reconcile::policy::Choice::Found { spec, .. } => Some(*spec),
+        _ => None,
+    };
+    for w in class_withdrawals(class.as_ref(), &held) {
+        if !what.contains(&w) {
+            what.push(w);
+        }
+    }
     if what.is_empty() {
         return Ok(what);
     }

@@ -18,6 +18,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::api::{TinycodeClass, TinycodeInstance};
 use crate::platform::openshift::{Route, SecurityContextConstraints};
 use crate::reconcile::triggers::{
     hash_deployment, hash_ingress, hash_meta, hash_namespace, hash_route, relevant, relevant_owned,
@@ -48,6 +49,11 @@ pub struct Stores {
     pub routes: Option<Store<Route>>,
     pub ingresses: Option<Store<Ingress>>,
     pub ingress_classes: Option<Store<Meta<IngressClass>>>,
+    /// TinycodeClasses (cluster-scoped): a change wakes the instances it may apply to.
+    pub classes: Store<TinycodeClass>,
+    /// The instances themselves (the controller's own store): a class's
+    /// per-namespace limit counts them.
+    pub instances: Store<TinycodeInstance>,
     /// The namespaces the namespaced stores watch.
     pub scope: WatchScope,
 }
@@ -83,9 +89,13 @@ impl Stores {
             routes,
             ingresses,
             ingress_classes,
+            classes,
+            instances,
             scope: _,
         } = self;
         wait_store(namespaces).await;
+        wait_store(classes).await;
+        wait_store(instances).await;
         wait_store(deployments).await;
         wait_store(services).await;
         wait_store(service_accounts).await;
@@ -130,6 +140,9 @@ impl Stores {
             sccs: _,
             ingress_classes: _,
             records: _,
+            // The operator's own kinds: not rendered by a release.
+            classes: _,
+            instances: _,
             // Rendered too, but not read by kind: `meta` leaves them to the API server.
             routes: _,
             ingresses: _,
@@ -313,18 +326,15 @@ pub fn drive<K: Send + 'static>(stream: impl Stream<Item = Result<K, watcher::Er
 
 /// Starts every watch: kinds the instances own feed `controller` (filtered
 /// by [`relevant`]); the rest only keep their store current.
-pub fn start<K>(
+pub fn start(
     client: &Client,
     platform: crate::platform::Platform,
     operator_namespace: &str,
     scope: &WatchScope,
-    controller: kube::runtime::Controller<K>,
-    instances: Store<K>,
-    concerns: fn(&K, &str) -> bool,
-) -> (Stores, kube::runtime::Controller<K>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
+    controller: kube::runtime::Controller<TinycodeInstance>,
+    instances: Store<TinycodeInstance>,
+    concerns: fn(&TinycodeInstance, &str) -> bool,
+) -> (Stores, kube::runtime::Controller<TinycodeInstance>) {
     let owned = || config().labels(PART_OF_SELECTOR);
     let any = config;
     let (cached, namespace_events) = Cached::start(client, platform, operator_namespace, scope);
@@ -358,9 +368,24 @@ where
     // A namespace's labels are approvals: a change wakes the instances they
     // concern (its own, and those discovering it), so one taken back is
     // withdrawn at once whatever state they are in.
+    let waking = instances.clone();
     c = c.watches_stream(relevant(namespace_events, hash_namespace), move |ns: Meta<Namespace>| {
         let name = ns.metadata.name.clone().unwrap_or_default();
-        instances.state().iter().filter(|i| concerns(i, &name)).map(|i| ObjectRef::from_obj(&**i)).collect::<Vec<_>>()
+        waking.state().iter().filter(|i| concerns(i, &name)).map(|i| ObjectRef::from_obj(&**i)).collect::<Vec<_>>()
+    });
+    // A class is the cluster-admin's policy: a change re-renders (or
+    // refuses) the instances naming it, and those naming none (it may be,
+    // or have been, the default), through the controller's normal queue.
+    let (classes, s) = reflect(cluster_api::<TinycodeClass>(client), any());
+    let waking = instances.clone();
+    c = c.watches_stream(relevant(s, crate::reconcile::triggers::hash_class), move |class: TinycodeClass| {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        waking
+            .state()
+            .iter()
+            .filter(|i| i.spec.class_name.as_deref().is_none_or(|n| n == name))
+            .map(|i| ObjectRef::from_obj(&**i))
+            .collect::<Vec<_>>()
     });
     let Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes } = cached;
     let stores = Stores {
@@ -379,6 +404,8 @@ where
         routes,
         ingresses,
         ingress_classes,
+        classes,
+        instances,
         scope: scope.clone(),
     };
     (stores, c)
@@ -456,6 +483,8 @@ pub fn empty(platform: crate::platform::Platform) -> Stores {
         routes: platform.routes.then(s),
         ingresses: (!platform.routes).then(s),
         ingress_classes: (!platform.routes).then(s),
+        classes: s(),
+        instances: s(),
         scope: WatchScope::All,
     }
 }

@@ -126,6 +126,13 @@ pub fn hash_meta<K: Resource>(obj: &K) -> u64 {
     h.finish()
 }
 
+/// TinycodeClasses: a spec change shows in the generation.
+pub fn hash_class<K: Resource>(class: &K) -> u64 {
+    let mut h = DefaultHasher::new();
+    own_hash(class.meta(), &mut h);
+    h.finish()
+}
+
 /// Namespaces: their labels (the approvals) and whether they are going.
 pub fn hash_namespace<K: Resource>(ns: &K) -> u64 {
     let mut h = DefaultHasher::new();

@@ -17,7 +17,7 @@ use crate::reconcile::discover::approved_discovery;
 use crate::reconcile::kubeconfig::kubeconfig_warnings;
 use crate::reconcile::observe::{KubeconfigFacts, Observed, SecretFacts};
 use crate::reconcile::reason::Blocked;
-use crate::reconcile::{approval, rules};
+use crate::reconcile::{approval, policy, rules};
 use crate::render::naming;
 use crate::settings::Settings;
 
@@ -52,6 +52,8 @@ pub struct ValidInstance {
     pub signin: Option<Signin>,
     /// Idle stop: whether the workloads stay stopped for idleness, and its status.
     pub idle: crate::reconcile::idle::IdleState,
+    /// What the instance's TinycodeClass adds beyond the spec.
+    pub from_class: crate::render::values::FromClass,
 }
 
 /// What a sign-in instance gets besides its chart values.
@@ -125,8 +127,11 @@ pub fn validate(
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     let spec = &inst.spec;
     let tier = SccTier::select(spec);
+    let applied = class_policy(&observed.class, observed.class_rank, spec, settings)?;
+    let mut warnings = warnings;
+    warnings.extend(applied.warnings.iter().cloned());
     if observed.offline {
-        return offline(observed, inst, tier, settings, warnings);
+        return offline(observed, inst, tier, settings, warnings, applied);
     }
     let labels = observed.namespace_labels.clone().unwrap_or_default();
     let host_path_writable = spec.storage.host_path.as_ref().is_some_and(|h| !h.read_only);
@@ -141,7 +146,6 @@ pub fn validate(
     .map_err(|message| Invalid { reason: Blocked::ClusterRoleNotApproved, message })?;
     let requested: Vec<String> = approval::requested_discovery(spec).cloned().collect();
     let discovery_namespaces = approved_discovery(&ns, spec, &observed.discovery_labelled);
-    let mut warnings = warnings;
     if requested.iter().any(|n| *n != ns) {
         let unprepared = &observed.discovery_unprepared;
         // Labelled but unprepared namespaces get their own warning below.
@@ -172,6 +176,7 @@ pub fn validate(
     let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
     let signin = signin(observed, spec, settings, &name, &mut mounted)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
+    secret_references(observed, &applied.spec, &ns)?;
     let (kubeconfig_copy, cluster_admin_condition) = match &observed.kubeconfig {
         Some(facts) if spec.cluster_admin.enabled => {
             let (copy, condition) = kubeconfig(settings.platform.cli(), facts, inst, &ns, &mut mounted)?;
@@ -184,7 +189,8 @@ pub fn validate(
     }
     Ok(ValidInstance {
         uid: inst.metadata.uid.clone().unwrap_or_default(),
-        spec: inst.spec.clone(),
+        spec: applied.spec,
+        from_class: applied.from_class,
         owner: owner_reference(inst),
         request: ReconcileRequest::of(inst),
         name,
@@ -201,7 +207,7 @@ pub fn validate(
         signin,
         idle: crate::reconcile::idle::decide(
             inst,
-            &settings.idle,
+            &applied.idle,
             observed.activity.as_ref(),
             observed.now,
             settings.platform.cli(),
@@ -217,6 +223,7 @@ fn offline(
     tier: SccTier,
     settings: &Settings,
     mut warnings: Vec<String>,
+    applied: policy::Applied,
 ) -> Result<ValidInstance, Invalid> {
     let name = inst.metadata.name.clone().unwrap_or_default();
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
@@ -228,7 +235,8 @@ fn offline(
         signin,
         idle: crate::reconcile::idle::IdleState::default(),
         uid: inst.metadata.uid.clone().unwrap_or_default(),
-        spec: inst.spec.clone(),
+        spec: applied.spec,
+        from_class: applied.from_class,
         owner: owner_reference(inst),
         request: ReconcileRequest::of(inst),
         pending_approvals: pending_approvals(inst, &ns),
@@ -243,6 +251,61 @@ fn offline(
         cluster_admin_condition: None,
         warnings,
     })
+}
+
+/// The instance's class applied to its spec, or why it is beyond it.
+pub fn class_policy(
+    choice: &policy::Choice,
+    rank: usize,
+    spec: &TinycodeInstanceSpec,
+    settings: &Settings,
+) -> Result<policy::Applied, Invalid> {
+    policy::apply(choice, spec, settings, rank).map_err(|exceeds| {
+        let reason = match choice {
+            policy::Choice::Missing(_) => Blocked::ClassNotFound,
+            _ => Blocked::ExceedsPolicy,
+        };
+        let message = exceeds.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
+        blocked(reason, message)
+    })
+}
+
+/// Every Secret the spec names for pulling images, for environment
+/// variables and for model servers' API keys exists (a pod naming a missing
+/// one would never start).
+fn secret_references(observed: &Observed, spec: &TinycodeInstanceSpec, ns: &str) -> Result<(), Invalid> {
+    let present = &observed.secrets_present;
+    let mut missing = Vec::new();
+    for (i, s) in spec.image_pull_secrets.iter().enumerate() {
+        if !present.contains_key(&s.name) {
+            missing.push(format!(
+                "spec.imagePullSecrets[{i}] (or the class) names Secret {}, which does not exist",
+                s.name
+            ));
+        }
+    }
+    let mut key = |field: String, r: &crate::api::SecretKeyRef| match present.get(&r.name) {
+        None => missing.push(format!("{field} names Secret {}, which does not exist", r.name)),
+        Some(keys) if !keys.contains(&r.key) => {
+            missing.push(format!("{field} names key {} of Secret {}, which has no such key", r.key, r.name))
+        }
+        Some(_) => {}
+    };
+    for (i, e) in spec.env.iter().enumerate() {
+        key(format!("spec.env[{i}] ({})", e.name), &e.secret_key_ref);
+    }
+    for (i, p) in spec.vllm.iter().flatten().enumerate() {
+        if let Some(r) = &p.api_key_secret {
+            key(format!("spec.vllm[{i}].apiKeySecret ({})", p.name), r);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(blocked(
+        Blocked::SecretReferenceMissing,
+        format!("{} in namespace {ns}; create it or fix the reference", missing.join("; ")),
+    ))
 }
 
 /// Whether the platform and the operator offer the instance's sign-in mode.

@@ -287,7 +287,11 @@ fn the_valid_instance_carries_what_later_stages_read() {
     let offline = Observed::assumed(Vec::new());
     for obs in [observed(), offline] {
         let valid = validate(&obs, &inst, &settings, Vec::new()).expect("valid");
-        assert_eq!(valid.spec, inst.spec, "the spec as validated");
+        // The spec as validated: the operator's defaults filled in (no class applies).
+        let mut effective = inst.spec.clone();
+        effective.image = Some(crate::api::DEFAULT_IMAGE.into());
+        effective.resources = Some(Default::default());
+        assert_eq!(valid.spec, effective, "the spec as validated");
         assert_eq!(
             (valid.owner.kind.as_str(), valid.owner.name.as_str(), valid.owner.uid.as_str(), valid.owner.controller),
             ("TinycodeInstance", "dev", "uid-1", Some(true))

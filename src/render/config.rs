@@ -36,6 +36,13 @@ pub fn limits_from_max_len(max_model_len: i64) -> (i64, i64) {
     (context, output)
 }
 
+/// The environment variable holding a vLLM provider's API key (from its
+/// `apiKeySecret`): the generated config names it as `{env:...}` and the
+/// chart sets it from the Secret key, so the key is never copied.
+pub fn api_key_env(provider: &str) -> String {
+    format!("TINYCODE_VLLM_{}_API_KEY", provider.to_ascii_uppercase().replace('-', "_"))
+}
+
 /// Models a provider's server reported: id → max_model_len.
 pub type Served = BTreeMap<String, i64>;
 
@@ -60,10 +67,11 @@ pub fn generate(spec: &TinycodeInstanceSpec, served: &BTreeMap<String, Served>) 
         if models.is_empty() {
             continue;
         }
-        providers.insert(
-            p.name.clone(),
-            json!({"type": "openai-compatible", "url": normalize_vllm_url(&p.url), "models": models}),
-        );
+        let mut provider = json!({"type": "openai-compatible", "url": normalize_vllm_url(&p.url), "models": models});
+        if p.api_key_secret.is_some() {
+            provider["apiKey"] = Value::String(format!("{{env:{}}}", api_key_env(&p.name)));
+        }
+        providers.insert(p.name.clone(), provider);
     }
     if !providers.is_empty() {
         root.insert("providers".into(), Value::Object(providers));

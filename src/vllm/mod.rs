@@ -265,7 +265,17 @@ impl Prober {
         futures::future::join_all(targets.iter().map(|(n, u)| self.probe(n, u))).await
     }
 
+    /// Probes every (name, url, API key) concurrently; a key is sent as a
+    /// bearer token (`spec.vllm[].apiKeySecret`) and never logged or reported.
+    pub async fn probe_all_with_keys(&self, targets: &[(String, String, Option<String>)]) -> Vec<Report> {
+        futures::future::join_all(targets.iter().map(|(n, u, k)| self.probe_with_key(n, u, k.as_deref()))).await
+    }
+
     pub async fn probe(&self, name: &str, url: &str) -> Report {
+        self.probe_with_key(name, url, None).await
+    }
+
+    pub async fn probe_with_key(&self, name: &str, url: &str, key: Option<&str>) -> Report {
         if url.len() > MAX_URL_LEN {
             // Neither cached nor echoed whole: the text is the tenant's.
             let mut report = Report::new(name, &bounded(url, 256));
@@ -273,7 +283,13 @@ impl Prober {
             return report;
         }
         let base = config::normalize_vllm_url(url);
-        let key = format!("{name}\n{base}");
+        let token = key;
+        // Answers to a key are cached under the key's digest: another
+        // instance naming the same server without it does not see them.
+        let key = match token {
+            Some(t) => format!("{name}\n{base}\n{}", crate::render::values::sha256_hex(t.as_bytes())),
+            None => format!("{name}\n{base}"),
+        };
         if let Some((at, report)) = self.cache.lock().expect("lock").get(&key)
             && at.elapsed() < self.settings.cache_ttl
         {
@@ -292,7 +308,7 @@ impl Prober {
             report.served = Err(BUSY.to_string());
             return report;
         };
-        let report = self.probe_uncached(name, &base).await;
+        let report = self.probe_uncached(name, &base, token).await;
         drop(slot);
         let mut cache = self.cache.lock().expect("lock");
         let (ttl, capacity) = (self.settings.cache_ttl, CACHE_CAPACITY);
@@ -300,9 +316,9 @@ impl Prober {
         report
     }
 
-    async fn probe_uncached(&self, name: &str, base: &str) -> Report {
+    async fn probe_uncached(&self, name: &str, base: &str, token: Option<&str>) -> Report {
         let mut report = Report::new(name, base);
-        let listed = match self.get_bounded(&format!("{base}/models")).await {
+        let listed = match self.get_bounded(&format!("{base}/models"), token).await {
             Ok((status, body)) if status.is_success() => parse_models(&body),
             Ok((status, _)) => Err(format!("GET {base}/models answered {status}")),
             Err(e) => Err(e),
@@ -311,7 +327,7 @@ impl Prober {
         if let Ok(list) = &listed {
             // First, so a long list of small-context models cannot push it past the cap.
             if let Some(model) = list.served.keys().next()
-                && let Some(w) = self.tool_check(name, base, model).await
+                && let Some(w) = self.tool_check(name, base, model, token).await
             {
                 warnings.push(w);
             }
@@ -330,7 +346,7 @@ impl Prober {
 
     /// A one-token chat completion offering a tool: vLLM without
     /// `--enable-auto-tool-choice` refuses it and says so.
-    async fn tool_check(&self, name: &str, base: &str, model: &str) -> Option<String> {
+    async fn tool_check(&self, name: &str, base: &str, model: &str, token: Option<&str>) -> Option<String> {
         let body = json!({
             "model": model, "max_tokens": 1,
             "messages": [{"role": "user", "content": "ping"}],
@@ -338,7 +354,11 @@ impl Prober {
                        "parameters": {"type": "object", "properties": {}}}}],
             "tool_choice": "auto"
         });
-        let response = self.client.post(format!("{base}/chat/completions")).json(&body).send().await.ok()?;
+        let mut request = self.client.post(format!("{base}/chat/completions")).json(&body);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.ok()?;
         if response.status().is_success() {
             return None;
         }
@@ -348,8 +368,12 @@ impl Prober {
         })
     }
 
-    async fn get_bounded(&self, url: &str) -> Result<(reqwest::StatusCode, Vec<u8>), String> {
-        let response = self.client.get(url).send().await.map_err(|e| describe(url, &e))?;
+    async fn get_bounded(&self, url: &str, token: Option<&str>) -> Result<(reqwest::StatusCode, Vec<u8>), String> {
+        let mut request = self.client.get(url);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.map_err(|e| describe(url, &e))?;
         let status = response.status();
         let body = read_bounded(response, self.settings.max_body).await.map_err(|e| format!("GET {url}: {e}"))?;
         Ok((status, body))

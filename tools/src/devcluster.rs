@@ -87,6 +87,7 @@ pub async fn install_openshift_apis(client: &Client, dir: Option<&Path>) -> Resu
 /// their use roles, the operator's namespace, ServiceAccount and ClusterRole.
 pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
     apply_crd(client, &TinycodeInstance::crd()).await?;
+    apply_crd(client, &tinycode_operator::api::TinycodeClass::crd()).await?;
     install_scc_tiers(client).await?;
     install_operator_account(client).await?;
     install_cluster_rbac(client).await?;

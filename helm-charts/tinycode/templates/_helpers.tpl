@@ -210,3 +210,34 @@ Call with (dict "ctx" $ "file" "files/<name>.sh").
 {{- end -}}
 {{- $text -}}
 {{- end -}}
+
+{{/*
+Requests and limits by resource name (cpu, memory, extended resources), each
+quantity quoted. Takes {limits: {...}, requests: {...}}.
+*/}}
+{{- define "tinycode.resources" -}}
+{{- with .limits }}
+limits:
+  {{- range $k, $v := . }}
+  {{ $k }}: {{ $v | toString | quote }}
+  {{- end }}
+{{- end }}
+{{- with .requests }}
+requests:
+  {{- range $k, $v := . }}
+  {{ $k }}: {{ $v | toString | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+imagePullSecrets of the pods (spec.imagePullSecrets and the class's).
+*/}}
+{{- define "tinycode.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}

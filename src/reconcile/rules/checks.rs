@@ -29,10 +29,10 @@ pub(super) fn metadata(name: &str, namespace: &str, settings: &Settings, err: &m
 }
 
 /// The image: a full reference, from a registry on the operator's allow-list.
-pub(super) fn image(image: &str, settings: &Settings, err: &mut impl FnMut(&str, String)) {
+pub(crate) fn image(image: &str, field: &str, settings: &Settings, err: &mut impl FnMut(&str, String)) {
     if !IMAGE.is_match(image) {
         err(
-            "spec.image",
+            field,
             format!(
                 "{image:?} is not a full image reference; write it as registry/path[:tag][@sha256:digest], e.g. {}",
                 api::DEFAULT_IMAGE
@@ -45,7 +45,7 @@ pub(super) fn image(image: &str, settings: &Settings, err: &mut impl FnMut(&str,
     let allowed = settings.allowed_registries.iter().any(|r| r == registry || r == registry_host);
     if !allowed {
         err(
-            "spec.image",
+            field,
             format!(
                 "registry {registry:?} is not allowed; use an image from {} or ask the cluster-admin to add it to the operator's allowed registries (TINYCODE_ALLOWED_REGISTRIES)",
                 settings.allowed_registries.join(", ")
@@ -64,11 +64,13 @@ pub(super) fn replicas(replicas: i32, err: &mut impl FnMut(&str, String)) {
 /// Every resource and volume size parses as a Kubernetes quantity, and no
 /// request exceeds its limit (the pod would be refused at creation).
 pub(super) fn quantities(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str, String)) {
+    let default = crate::api::Resources::default();
+    let resources = spec.resources.as_ref().unwrap_or(&default);
     for (field, value) in [
-        ("spec.resources.limits.cpu", &spec.resources.limits.cpu),
-        ("spec.resources.limits.memory", &spec.resources.limits.memory),
-        ("spec.resources.requests.cpu", &spec.resources.requests.cpu),
-        ("spec.resources.requests.memory", &spec.resources.requests.memory),
+        ("spec.resources.limits.cpu", &resources.limits.cpu),
+        ("spec.resources.limits.memory", &resources.limits.memory),
+        ("spec.resources.requests.cpu", &resources.requests.cpu),
+        ("spec.resources.requests.memory", &resources.requests.memory),
         ("spec.storage.dataSize", &spec.storage.data_size),
         ("spec.storage.projectsSize", &spec.storage.projects_size),
     ] {
@@ -77,8 +79,8 @@ pub(super) fn quantities(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str,
         }
     }
     for (what, req, lim) in [
-        ("cpu", &spec.resources.requests.cpu, &spec.resources.limits.cpu),
-        ("memory", &spec.resources.requests.memory, &spec.resources.limits.memory),
+        ("cpu", &resources.requests.cpu, &resources.limits.cpu),
+        ("memory", &resources.requests.memory, &resources.limits.memory),
     ] {
         if let (Some(r), Some(l)) = (parse_quantity(req), parse_quantity(lim))
             && r > l
@@ -87,6 +89,28 @@ pub(super) fn quantities(spec: &TinycodeInstanceSpec, err: &mut impl FnMut(&str,
                 &format!("spec.resources.requests.{what}"),
                 format!("{req} exceeds the limit {lim}; lower the request or raise spec.resources.limits.{what}"),
             );
+        }
+    }
+    if let Some(lists) = &spec.ollama.resources {
+        for (kind, map) in [("requests", &lists.requests), ("limits", &lists.limits)] {
+            for (name, value) in map {
+                if parse_quantity(value).is_none() {
+                    err(
+                        &format!("spec.ollama.resources.{kind}.{name}"),
+                        format!("{value:?} is not a Kubernetes quantity; write it like 500m, 2, 8Gi or 1"),
+                    );
+                }
+            }
+        }
+        for (name, req) in &lists.requests {
+            if let (Some(r), Some(l)) = (parse_quantity(req), lists.limits.get(name).and_then(|l| parse_quantity(l)))
+                && r > l
+            {
+                err(
+                    &format!("spec.ollama.resources.requests.{name}"),
+                    format!("{req} exceeds the limit; lower the request or raise spec.ollama.resources.limits.{name}"),
+                );
+            }
         }
     }
 }

@@ -13,7 +13,7 @@ use regex::Regex;
 use crate::api::{self, TinycodeInstanceSpec};
 use crate::settings::Settings;
 
-mod checks;
+pub(crate) mod checks;
 
 /// One rule a spec breaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,9 @@ pub fn validate(
     let mut err = |field: &str, message: String| errs.push(FieldError { field: field.into(), message });
 
     checks::metadata(name, namespace, settings, &mut err);
-    checks::image(&spec.image, settings, &mut err);
+    if let Some(image) = &spec.image {
+        checks::image(image, "spec.image", settings, &mut err);
+    }
     checks::replicas(spec.replicas, &mut err);
     checks::quantities(spec, &mut err);
     checks::storage(spec, settings, &mut err);

@@ -34,6 +34,16 @@ pub struct Values {
     /// Digest of the mounted Secrets' content (never the content): a pod template annotation.
     pub secrets_checksum: String,
     pub image: String,
+    /// The TinycodeClass applied (empty: none); part of the digest, so a
+    /// class change re-renders its instances.
+    pub class_name: String,
+    /// Secrets for pulling the images (the spec's and the class's).
+    pub image_pull_secrets: Vec<String>,
+    /// RuntimeClass of the tinycode pods (the class's; empty: the cluster's default).
+    pub runtime_class_name: String,
+    /// Environment variables of the tinycode container from Secret keys
+    /// (spec.env, and the vLLM providers' API keys): references, never values.
+    pub secret_env: Vec<SecretEnvValues>,
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
     /// spec.stopped: every workload runs zero replicas; nothing else changes.
@@ -80,6 +90,20 @@ pub struct Approved {
     pub oidc_endpoints: Option<crate::render::signin::OidcEndpoints>,
     /// Stopped for idleness: rendered as spec.stopped is, the spec untouched.
     pub idle_stopped: bool,
+    /// What the instance's class decided beyond the (effective) spec.
+    pub class: FromClass,
+}
+
+/// What a TinycodeClass adds to an instance's spec (the spec handed to
+/// [`build`] already holds the class's defaults and placement).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FromClass {
+    /// The class's name (None: no class applies).
+    pub name: Option<String>,
+    /// Extended resources (GPUs) of the tinycode container, from the class's defaults.
+    pub tinycode_extended: crate::api::ResourceLists,
+    pub runtime_class_name: Option<String>,
+    pub ollama_runtime_class_name: Option<String>,
 }
 
 /// Maps a (validated) spec to chart values; `config_json` is the generated config, if any.
@@ -99,14 +123,18 @@ pub fn build(
         names: NameValues::of(inst.namespace, inst.name),
         values_hash: String::new(),
         secrets_checksum: approved.secrets_digest.clone(),
-        image: spec.image.clone(),
+        image: spec.image.clone().unwrap_or_else(|| crate::api::DEFAULT_IMAGE.to_string()),
+        class_name: approved.class.name.clone().unwrap_or_default(),
+        image_pull_secrets: spec.image_pull_secrets.iter().map(|s| s.name.clone()).collect(),
+        runtime_class_name: approved.class.runtime_class_name.clone().unwrap_or_default(),
+        secret_env: SecretEnvValues::of(spec),
         replicas: spec.replicas,
         stopped: spec.stopped || approved.idle_stopped,
-        resources: ResourcesValues::of(&spec.resources),
+        resources: ResourcesValues::of(spec.resources.as_ref(), &approved.class.tinycode_extended),
         storage: StorageValues::of(&spec.storage, spec.replicas),
         hostname: spec.hostname.clone().unwrap_or_default(),
         tls_termination: spec.tls_termination,
-        ollama: OllamaValues::of(&spec.ollama, settings),
+        ollama: OllamaValues::of(&spec.ollama, settings, approved.class.ollama_runtime_class_name.as_deref()),
         auth: AuthValues::of(inst, &spec.auth, settings, approved.oidc_endpoints.as_ref()),
         shell: ShellValues::of(&spec.shell),
         node_selector: spec.node_selector.clone().unwrap_or_default(),

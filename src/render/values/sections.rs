@@ -7,8 +7,11 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::{Approved, InstanceRef, sha256_hex};
+use k8s_openapi::api::core::v1::Toleration;
+
 use crate::api::{
-    AccessMode, Auth, AuthMode, ClusterAdmin, Git, ModelLimits, Ollama, Resources, Shell, Storage, VllmProvider,
+    AccessMode, Auth, AuthMode, ClusterAdmin, Git, ModelLimits, Ollama, ResourceLists, Resources, Shell, Storage,
+    TinycodeInstanceSpec, VllmProvider,
 };
 use crate::platform::scc::SccTier;
 use crate::render::{naming, signin};
@@ -146,27 +149,68 @@ impl NameValues {
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ResourcesValues {
-    pub limits: AmountValues,
-    pub requests: AmountValues,
+    /// By resource name (cpu, memory, extended resources such as nvidia.com/gpu).
+    pub limits: BTreeMap<String, String>,
+    pub requests: BTreeMap<String, String>,
 }
 
 impl ResourcesValues {
-    /// The spec's limits and requests as given (the rules checked they are quantities).
-    pub(super) fn of(resources: &Resources) -> Self {
-        ResourcesValues {
-            limits: AmountValues { cpu: resources.limits.cpu.clone(), memory: resources.limits.memory.clone() },
-            requests: AmountValues { cpu: resources.requests.cpu.clone(), memory: resources.requests.memory.clone() },
-        }
+    /// The spec's cpu and memory (the built-in defaults when unset) and the
+    /// class's extended resources (the rules checked they are quantities).
+    pub(super) fn of(resources: Option<&Resources>, extended: &ResourceLists) -> Self {
+        let default = Resources::default();
+        let r = resources.unwrap_or(&default);
+        let mut limits = BTreeMap::from([
+            ("cpu".to_string(), r.limits.cpu.clone()),
+            ("memory".to_string(), r.limits.memory.clone()),
+        ]);
+        let mut requests = BTreeMap::from([
+            ("cpu".to_string(), r.requests.cpu.clone()),
+            ("memory".to_string(), r.requests.memory.clone()),
+        ]);
+        limits.extend(extended.limits.iter().map(|(k, v)| (k.clone(), v.clone())));
+        requests.extend(extended.requests.iter().map(|(k, v)| (k.clone(), v.clone())));
+        ResourcesValues { limits, requests }
+    }
+
+    /// Requests and limits as listed.
+    pub(super) fn lists(lists: Option<&ResourceLists>) -> Self {
+        let lists = lists.cloned().unwrap_or_default();
+        ResourcesValues { limits: lists.limits, requests: lists.requests }
     }
 }
 
+/// An environment variable from a Secret key.
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct AmountValues {
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretEnvValues {
     #[schemars(length(min = 1))]
-    pub cpu: String,
+    pub name: String,
     #[schemars(length(min = 1))]
-    pub memory: String,
+    pub secret: String,
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+impl SecretEnvValues {
+    /// spec.env, then each vLLM provider's API key under the variable the
+    /// generated config names ([`crate::render::config::api_key_env`]).
+    pub(super) fn of(spec: &TinycodeInstanceSpec) -> Vec<Self> {
+        let env = spec.env.iter().map(|e| SecretEnvValues {
+            name: e.name.clone(),
+            secret: e.secret_key_ref.name.clone(),
+            key: e.secret_key_ref.key.clone(),
+        });
+        let keys = spec.vllm.iter().flatten().filter_map(|p| {
+            let r = p.api_key_secret.as_ref()?;
+            Some(SecretEnvValues {
+                name: crate::render::config::api_key_env(&p.name),
+                secret: r.name.clone(),
+                key: r.key.clone(),
+            })
+        });
+        env.chain(keys).collect()
+    }
 }
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -229,17 +273,27 @@ pub struct OllamaValues {
     pub models: Vec<String>,
     pub image: String,
     pub models_size: String,
+    /// Requests and limits of the bundled server (empty: the chart's small requests).
+    pub resources: ResourcesValues,
+    /// Placement of the bundled server's pod, apart from the tinycode pods'.
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    pub runtime_class_name: String,
 }
 
 impl OllamaValues {
     /// The spec's Ollama; the bundled server's image and volume size are the operator's settings.
-    pub(super) fn of(ollama: &Ollama, settings: &Settings) -> Self {
+    pub(super) fn of(ollama: &Ollama, settings: &Settings, runtime_class: Option<&str>) -> Self {
         OllamaValues {
             enabled: ollama.enabled,
             host: ollama.host.clone().unwrap_or_default(),
             models: ollama.models.clone().unwrap_or_default(),
             image: settings.ollama_image.clone(),
             models_size: settings.ollama_models_size.clone(),
+            resources: ResourcesValues::lists(ollama.resources.as_ref()),
+            node_selector: ollama.node_selector.clone().unwrap_or_default(),
+            tolerations: ollama.tolerations.clone().unwrap_or_default(),
+            runtime_class_name: runtime_class.unwrap_or_default().to_string(),
         }
     }
 }

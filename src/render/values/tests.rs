@@ -14,8 +14,8 @@ fn defaults_are_filled_in() {
     let v = values(serde_json::json!({}));
     assert_eq!(v.image, "quay.io/bjohns/tinycode-container:latest");
     assert_eq!(v.replicas, 1);
-    assert_eq!((v.resources.limits.cpu.as_str(), v.resources.limits.memory.as_str()), ("2", "2Gi"));
-    assert_eq!((v.resources.requests.cpu.as_str(), v.resources.requests.memory.as_str()), ("200m", "512Mi"));
+    assert_eq!((v.resources.limits["cpu"].as_str(), v.resources.limits["memory"].as_str()), ("2", "2Gi"));
+    assert_eq!((v.resources.requests["cpu"].as_str(), v.resources.requests["memory"].as_str()), ("200m", "512Mi"));
     assert_eq!((v.storage.data_size.as_str(), v.storage.projects_size.as_str()), ("1Gi", "10Gi"));
     assert_eq!(v.storage.projects_access_mode, AccessMode::ReadWriteOnce);
     assert!(v.storage.retain_on_delete);

@@ -39,7 +39,7 @@ pub fn cluster_service_version() -> Value {
             "keywords": ["tinycode", "ai", "coding assistant", "llm", "vllm", "ollama", "developer tools"],
             "icon": [{"base64data": icon_base64(), "mediatype": "image/svg+xml"}],
             "installModes": install_modes(),
-            "customresourcedefinitions": {"owned": [owned_crd()]},
+            "customresourcedefinitions": {"owned": [owned_crd(), owned_class_crd()]},
             "install": install_strategy(),
             // Every image an instance can run by default, for disconnected
             // mirroring (oc adm catalog mirror reads this list). Tags, not
@@ -129,6 +129,18 @@ fn owned_crd() -> Value {
         "resources": owned_resources,
         "specDescriptors": descriptors(SPEC_DESCRIPTORS),
         "statusDescriptors": descriptors(STATUS_DESCRIPTORS),
+    })
+}
+
+/// The cluster-scoped TinycodeClass: what a cluster-admin offers tenants.
+fn owned_class_crd() -> Value {
+    let crd = tinycode_operator::api::TinycodeClass::crd();
+    json!({
+        "name": crd.metadata.name.clone().expect("crd name"),
+        "version": tinycode_operator::api::VERSION,
+        "kind": crd.spec.names.kind.clone(),
+        "displayName": "Tinycode Class",
+        "description": "What a cluster-admin offers tenants: image, default and maximum resources (GPUs included), placement, storage and idle limits, permitted modes, instances per namespace",
     })
 }
 

@@ -150,13 +150,17 @@ pub fn files() -> Vec<BundleFile> {
         path: format!("manifests/{PACKAGE}.clusterserviceversion.yaml"),
         content: format!("{header}{}", yaml(&cluster_service_version())),
     });
-    let crd = serde_json::to_value(TinycodeInstance::crd()).expect("crd");
-    let (group, plural) =
-        (crd["spec"]["group"].as_str().expect("group"), crd["spec"]["names"]["plural"].as_str().expect("plural"));
-    out.push(BundleFile {
-        path: format!("manifests/{group}_{plural}.yaml"),
-        content: format!("{header}{}", yaml(&crd)),
-    });
+    for crd in [
+        serde_json::to_value(TinycodeInstance::crd()).expect("crd"),
+        serde_json::to_value(tinycode_operator::api::TinycodeClass::crd()).expect("crd"),
+    ] {
+        let (group, plural) =
+            (crd["spec"]["group"].as_str().expect("group"), crd["spec"]["names"]["plural"].as_str().expect("plural"));
+        out.push(BundleFile {
+            path: format!("manifests/{group}_{plural}.yaml"),
+            content: format!("{header}{}", yaml(&crd)),
+        });
+    }
     // Extra objects OLM creates alongside the operator: the metrics Service
     // (in the install namespace), the SCC `use` ClusterRoles the operator
     // binds instances to, the discovery ClusterRole bound per namespace, the

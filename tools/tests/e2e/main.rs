@@ -6,6 +6,7 @@
 //! listed: the Kubernetes ones last, since the first of them to run removes
 //! the OpenShift APIs (each Kubernetes scenario makes sure that happened).
 
+mod classes;
 mod harness;
 mod hostile;
 mod idle;
@@ -24,6 +25,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use classes::*;
 use harness::*;
 use hostile::*;
 use idle::*;
@@ -200,6 +202,8 @@ fn main() {
         storage_is_fixed_at_creation,
         a_single_namespace_operator_leaves_other_namespaces_alone,
         oidc_sign_in_admits_only_users_allowed_use,
+        classes_place_cap_and_withdraw,
+        model_keys_are_referenced_never_copied,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,
         k8s_basic_instance_gets_an_ingress,

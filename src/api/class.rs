@@ -1,0 +1,227 @@
+//! `TinycodeClass`: what a cluster-admin offers tenants (cluster-scoped).
+//!
+//! A class fills in what an instance leaves unset (image, resources,
+//! placement, idle timeout) and caps what it may ask for (resources, storage,
+//! modes, instances per namespace). The decisions live in
+//! [`crate::reconcile::policy`]; these are only the types the CRD is generated from.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{DNS_SUBDOMAIN_PATTERN, DURATION_PATTERN, IMAGE_PATTERN};
+
+/// Resource names: `cpu`, `memory`, or an extended resource such as `nvidia.com/gpu`.
+pub const RESOURCE_NAME_PATTERN: &str =
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$";
+
+/// Resources as name → quantity (`cpu: "2"`, `nvidia.com/gpu: "1"`).
+pub type ResourceMap = BTreeMap<String, String>;
+
+/// What a cluster-admin offers: defaults and caps for the instances that name it.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "tinycode.dev",
+    version = "v1alpha1",
+    kind = "TinycodeClass",
+    plural = "tinycodeclasses",
+    singular = "tinycodeclass",
+    shortname = "tcc",
+    doc = "A class of tinycode instances a cluster-admin offers: defaults and limits that instances naming it (spec.className) cannot exceed",
+    printcolumn(name = "Default", type_ = "boolean", json_path = ".spec.default"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
+    printcolumn(name = "Per-Namespace", type_ = "integer", json_path = ".spec.maxInstancesPerNamespace"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TinycodeClassSpec {
+    /// Instances that name no class get this one. Mark one class at most;
+    /// with several, the first by name is used and instances say so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default: bool,
+
+    /// What the class is for, shown to tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub description: Option<String>,
+
+    /// Image for instances that set no spec.image (pin it by digest for a
+    /// fixed build); its registry must be on the operator's allow-list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(IMAGE_PATTERN), length(max = 512))]
+    pub image: Option<String>,
+
+    /// Whether instances may set another spec.image (default true). false:
+    /// every instance runs the class's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_custom_image: Option<bool>,
+
+    /// The tinycode container: resources and placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tinycode: Option<WorkloadPolicy>,
+
+    /// The bundled Ollama (spec.ollama.enabled): resources and placement, so
+    /// GPU nodes take the model server and not the IDE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ollama: Option<WorkloadPolicy>,
+
+    /// Storage limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StoragePolicy>,
+
+    /// Idle stop for the class's instances (overrides the operator's
+    /// --idle-timeout, --idle-timeout-max and --idle-stop-required for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdlePolicy>,
+
+    /// Modes instances may use. Unset: every mode (each still needs its
+    /// namespace approval where one is required). Listed: only these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8))]
+    pub permitted_modes: Option<Vec<Mode>>,
+
+    /// At most this many instances of the class in one namespace; the oldest
+    /// keep running, later ones are refused (ExceedsPolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100000))]
+    pub max_instances_per_namespace: Option<i32>,
+
+    /// Secrets (in each instance's namespace) for pulling the class's images
+    /// from a private registry; added to the instance's own spec.imagePullSecrets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub image_pull_secrets: Vec<super::SecretName>,
+}
+
+/// A mode a class can permit or withhold.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum Mode {
+    /// spec.shell.enabled (host shell through hostPID).
+    Shell,
+    /// spec.storage.hostPath.
+    HostPath,
+    /// spec.clusterAdmin.enabled.
+    ClusterAdmin,
+    /// spec.git (clone a repository).
+    Git,
+    /// spec.ollama.enabled (a bundled Ollama server).
+    Ollama,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 5] = [Mode::Shell, Mode::HostPath, Mode::ClusterAdmin, Mode::Git, Mode::Ollama];
+
+    /// The mode as classes spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Shell => "shell",
+            Mode::HostPath => "hostPath",
+            Mode::ClusterAdmin => "clusterAdmin",
+            Mode::Git => "git",
+            Mode::Ollama => "ollama",
+        }
+    }
+
+    /// The spec field that turns the mode on.
+    pub fn field(self) -> &'static str {
+        match self {
+            Mode::Shell => "spec.shell.enabled",
+            Mode::HostPath => "spec.storage.hostPath",
+            Mode::ClusterAdmin => "spec.clusterAdmin.enabled",
+            Mode::Git => "spec.git",
+            Mode::Ollama => "spec.ollama.enabled",
+        }
+    }
+}
+
+/// Resources and placement of one workload.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.max) || self.max.all(k, isQuantity(self.max[k]))")
+        .message("max: every value must be a Kubernetes quantity such as 4, 8Gi or 1"),
+)]
+pub struct WorkloadPolicy {
+    /// Requests and limits for instances that set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<ResourceDefaults>,
+    /// The most an instance may request or limit, by resource. cpu and memory
+    /// not named here are not capped; an extended resource (a GPU) not named
+    /// here may not be asked for at all.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    pub max: ResourceMap,
+    /// Node labels the pods must run on (added to the instance's own; the
+    /// class's value wins where both name a label).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations added to the instance's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Vec<Toleration>,
+    /// RuntimeClass of the pods (for example a GPU runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
+    pub runtime_class_name: Option<String>,
+}
+
+/// Default requests and limits, by resource.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.requests) || self.requests.all(k, isQuantity(self.requests[k]))")
+        .message("defaults.requests: every value must be a Kubernetes quantity such as 500m or 1Gi"),
+    validation = Rule::new("!has(self.limits) || self.limits.all(k, isQuantity(self.limits[k]))")
+        .message("defaults.limits: every value must be a Kubernetes quantity such as 2 or 4Gi"),
+)]
+pub struct ResourceDefaults {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    pub requests: ResourceMap,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    pub limits: ResourceMap,
+}
+
+/// Storage limits of a class.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StoragePolicy {
+    /// Largest spec.storage.dataSize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("storage.maxDataSize must be a Kubernetes quantity such as 20Gi"))]
+    #[schemars(length(max = 32))]
+    pub max_data_size: Option<String>,
+    /// Largest spec.storage.projectsSize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("storage.maxProjectsSize must be a Kubernetes quantity such as 50Gi"))]
+    #[schemars(length(max = 32))]
+    pub max_projects_size: Option<String>,
+    /// StorageClasses instances may name in spec.storage.storageClassName.
+    /// Unset: any. Listed: the instance must name one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20), inner(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253)))]
+    pub allowed_storage_classes: Option<Vec<String>>,
+}
+
+/// Idle stop of a class.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct IdlePolicy {
+    /// Timeout of instances that set no spec.idle.timeout (e.g. 2h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN), length(min = 1, max = 24))]
+    pub timeout: Option<String>,
+    /// Longest timeout an instance may set; larger ones are capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN), length(min = 1, max = 24))]
+    pub max_timeout: Option<String>,
+    /// spec.idle.timeout 0 (never stop) is not honoured.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+}

@@ -1,0 +1,402 @@
+//! Platform policy (pure): which `TinycodeClass` applies to an instance,
+//! what it fills in, and whether the instance stays within it.
+//!
+//! The class is the cluster-admin's, so everything it decides is applied to
+//! an *effective* spec here, once; later stages (approvals, values) read only
+//! that. A spec beyond its class is refused as a whole ([`Exceeds`]): nothing
+//! is half-applied, and [`super::revoke`] takes back the modes a class
+//! stopped permitting.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{
+    DEFAULT_IMAGE, Mode, ResourceLists, ResourceMap, Resources, SecretName, TinycodeClass, TinycodeClassSpec,
+    TinycodeInstanceSpec, WorkloadPolicy,
+};
+use crate::reconcile::idle::parse_duration;
+use crate::reconcile::rules::parse_quantity;
+use crate::render::values::FromClass;
+use crate::settings::{IdleSettings, Settings};
+
+/// The class an instance names (or the default one), as found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Choice {
+    /// No class named and none marked default: no policy applies.
+    #[default]
+    None,
+    Found {
+        name: String,
+        spec: Box<TinycodeClassSpec>,
+        /// Said in status when several classes are marked default.
+        warning: Option<String>,
+    },
+    /// spec.className names a class that does not exist (or was deleted).
+    Missing(String),
+}
+
+/// Picks the class of an instance naming `class_name` among `classes`.
+pub fn choose(class_name: Option<&str>, classes: &[Arc<TinycodeClass>]) -> Choice {
+    let found = |c: &TinycodeClass| (c.metadata.name.clone().unwrap_or_default(), c.spec.clone());
+    if let Some(name) = class_name {
+        return match classes.iter().find(|c| c.metadata.name.as_deref() == Some(name)) {
+            Some(c) if c.metadata.deletion_timestamp.is_none() => {
+                Choice::Found { name: name.into(), spec: Box::new(c.spec.clone()), warning: None }
+            }
+            _ => Choice::Missing(name.into()),
+        };
+    }
+    let mut defaults: Vec<(String, TinycodeClassSpec)> = classes
+        .iter()
+        .filter(|c| c.spec.default && c.metadata.deletion_timestamp.is_none())
+        .map(|c| found(c))
+        .collect();
+    defaults.sort_by(|a, b| a.0.cmp(&b.0));
+    let warning = (defaults.len() > 1).then(|| {
+        let names: Vec<&str> = defaults.iter().map(|(n, _)| n.as_str()).collect();
+        format!(
+            "several TinycodeClasses are marked default ({}); {} applies, the first by name: a cluster-admin unmarks the others",
+            names.join(", "),
+            names[0]
+        )
+    });
+    match defaults.into_iter().next() {
+        Some((name, spec)) => Choice::Found { name, spec: Box::new(spec), warning },
+        None => Choice::None,
+    }
+}
+
+/// Why a spec is beyond its class: the field, and the limit in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exceeds {
+    pub field: String,
+    pub message: String,
+}
+
+/// The instance as its class shapes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The spec with the class's defaults and placement filled in.
+    pub spec: TinycodeInstanceSpec,
+    /// What the class adds beyond the spec (for the values).
+    pub from_class: FromClass,
+    /// Idle stop as the class sets it (else the operator's settings).
+    pub idle: IdleSettings,
+    pub warnings: Vec<String>,
+}
+
+/// Whether a mode is in use by `spec`.
+pub fn uses(spec: &TinycodeInstanceSpec, mode: Mode) -> bool {
+    match mode {
+        Mode::Shell => spec.shell.enabled,
+        Mode::HostPath => spec.storage.host_path.is_some(),
+        Mode::ClusterAdmin => spec.cluster_admin.enabled,
+        Mode::Git => spec.git.is_some(),
+        Mode::Ollama => spec.ollama.enabled,
+    }
+}
+
+/// Whether `class` permits `mode` (no class, or no list: every mode).
+pub fn permits(class: Option<&TinycodeClassSpec>, mode: Mode) -> bool {
+    class.and_then(|c| c.permitted_modes.as_ref()).is_none_or(|modes| modes.contains(&mode))
+}
+
+/// Resources a class caps by default only when named: the rest (extended
+/// resources such as GPUs) may not be asked for unless its `max` names them.
+fn uncapped_by_default(resource: &str) -> bool {
+    matches!(resource, "cpu" | "memory" | "ephemeral-storage")
+}
+
+/// Applies `choice` to `spec`. `rank` is how many older instances of the
+/// same class live in the namespace.
+pub fn apply(
+    choice: &Choice,
+    spec: &TinycodeInstanceSpec,
+    settings: &Settings,
+    rank: usize,
+) -> Result<Applied, Vec<Exceeds>> {
+    let (name, class, warning) = match choice {
+        Choice::Found { name, spec, warning } => (name.as_str(), spec, warning.clone()),
+        Choice::None => {
+            let mut effective = spec.clone();
+            effective.image = Some(spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.to_string()));
+            effective.resources = Some(spec.resources.clone().unwrap_or_default());
+            return Ok(Applied {
+                spec: effective,
+                from_class: FromClass::default(),
+                idle: settings.idle.clone(),
+                warnings: Vec::new(),
+            });
+        }
+        Choice::Missing(name) => {
+            return Err(vec![Exceeds {
+                field: "spec.className".into(),
+                message: format!(
+                    "TinycodeClass {name:?} does not exist (it may have been deleted); name an existing class (`kubectl get tinycodeclasses`) or ask a cluster-admin to create it"
+                ),
+            }]);
+        }
+    };
+    let mut out = Vec::new();
+    let mut exceeds = |field: &str, message: String| out.push(Exceeds { field: field.into(), message });
+    let of = format!("class {name:?}");
+    let mut effective = spec.clone();
+    let mut warnings: Vec<String> = warning.into_iter().collect();
+
+    // Image: the tenant's own only where the class allows it.
+    let image = match (&spec.image, &class.image) {
+        (Some(own), Some(fixed)) if class.allow_custom_image == Some(false) && own != fixed => {
+            exceeds(
+                "spec.image",
+                format!("{of} runs only its image {fixed} (allowCustomImage: false); remove spec.image"),
+            );
+            fixed.clone()
+        }
+        (Some(own), None) if class.allow_custom_image == Some(false) => {
+            exceeds("spec.image", format!("{of} allows no custom image (allowCustomImage: false); remove spec.image"));
+            own.clone()
+        }
+        (Some(own), _) => own.clone(),
+        (None, Some(image)) => image.clone(),
+        (None, None) => DEFAULT_IMAGE.to_string(),
+    };
+    if spec.image.is_none() {
+        crate::reconcile::rules::checks::image(&image, "spec.image", settings, &mut |field, message| {
+            exceeds(field, format!("the image {of} gives ({message}); a cluster-admin fixes the class's image"))
+        });
+    }
+    effective.image = Some(image);
+
+    // Modes.
+    for mode in Mode::ALL {
+        if uses(spec, mode) && !permits(Some(class), mode) {
+            let allowed: Vec<&str> = class.permitted_modes.iter().flatten().map(|m| m.as_str()).collect();
+            exceeds(
+                mode.field(),
+                format!(
+                    "{of} does not permit the {} mode (permittedModes: [{}]); turn it off or use a class that permits it",
+                    mode.as_str(),
+                    allowed.join(", ")
+                ),
+            );
+        }
+    }
+
+    // The tinycode container: defaults, then the cap.
+    let tinycode = class.tinycode.clone().unwrap_or_default();
+    let defaults = tinycode.defaults.clone().unwrap_or_default();
+    let resources = match &spec.resources {
+        Some(own) => own.clone(),
+        None => {
+            let mut r = Resources::default();
+            let pick = |map: &ResourceMap, key: &str, fallback: &str| map.get(key).cloned().unwrap_or(fallback.into());
+            r.limits.cpu = pick(&defaults.limits, "cpu", &r.limits.cpu);
+            r.limits.memory = pick(&defaults.limits, "memory", &r.limits.memory);
+            r.requests.cpu = pick(&defaults.requests, "cpu", &r.requests.cpu);
+            r.requests.memory = pick(&defaults.requests, "memory", &r.requests.memory);
+            r
+        }
+    };
+    let extended = ResourceLists {
+        requests: defaults
+            .requests
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "cpu" | "memory"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        limits: defaults
+            .limits
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "cpu" | "memory"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    let mut all = extended.clone();
+    for (kind, amounts) in [("requests", &resources.requests), ("limits", &resources.limits)] {
+        let map = if kind == "requests" { &mut all.requests } else { &mut all.limits };
+        map.insert("cpu".into(), amounts.cpu.clone());
+        map.insert("memory".into(), amounts.memory.clone());
+    }
+    cap("spec.resources", &all, &tinycode, &format!("{of} (tinycode.max)"), &mut exceeds);
+    effective.resources = Some(resources);
+    merge_placement(
+        &mut effective.node_selector,
+        &mut effective.tolerations,
+        &tinycode,
+        &mut warnings,
+        "spec.nodeSelector",
+    );
+
+    // The bundled Ollama.
+    let ollama = class.ollama.clone().unwrap_or_default();
+    if spec.ollama.enabled {
+        let lists = match &spec.ollama.resources {
+            Some(own) => own.clone(),
+            None => {
+                let d = ollama.defaults.clone().unwrap_or_default();
+                ResourceLists { requests: d.requests, limits: d.limits }
+            }
+        };
+        cap("spec.ollama.resources", &lists, &ollama, &format!("{of} (ollama.max)"), &mut exceeds);
+        effective.ollama.resources = (!lists.requests.is_empty() || !lists.limits.is_empty()).then_some(lists);
+        merge_placement(
+            &mut effective.ollama.node_selector,
+            &mut effective.ollama.tolerations,
+            &ollama,
+            &mut warnings,
+            "spec.ollama.nodeSelector",
+        );
+    }
+
+    // Storage.
+    if let Some(storage) = &class.storage {
+        for (field, asked, max, key) in [
+            ("spec.storage.dataSize", &spec.storage.data_size, &storage.max_data_size, "maxDataSize"),
+            ("spec.storage.projectsSize", &spec.storage.projects_size, &storage.max_projects_size, "maxProjectsSize"),
+        ] {
+            if let Some(max) = max
+                && let (Some(a), Some(m)) = (parse_quantity(asked), parse_quantity(max))
+                && a > m
+            {
+                exceeds(field, format!("{asked} exceeds {max}, the most {of} allows (storage.{key}); ask for less"));
+            }
+        }
+        if let Some(allowed) = &storage.allowed_storage_classes {
+            match &spec.storage.storage_class_name {
+                Some(sc) if allowed.contains(sc) => {}
+                other => exceeds(
+                    "spec.storage.storageClassName",
+                    format!(
+                        "{} is not one of the StorageClasses {of} allows ({}); set spec.storage.storageClassName to one of them",
+                        other
+                            .as_deref()
+                            .map(|s| format!("{s:?}"))
+                            .unwrap_or_else(|| "unset (the cluster's default)".into()),
+                        allowed.join(", ")
+                    ),
+                ),
+            }
+        }
+    }
+
+    // Instances per namespace: the oldest keep running.
+    if let Some(max) = class.max_instances_per_namespace
+        && rank >= max.max(0) as usize
+    {
+        exceeds(
+            "spec.className",
+            format!(
+                "the namespace already runs {rank} instances of {of}, the most it allows per namespace (maxInstancesPerNamespace: {max}); delete one or use another class"
+            ),
+        );
+    }
+
+    // Pull secrets: the spec's, then the class's.
+    for s in &class.image_pull_secrets {
+        if !effective.image_pull_secrets.contains(s) {
+            effective.image_pull_secrets.push(SecretName { name: s.name.clone() });
+        }
+    }
+
+    if !out.is_empty() {
+        return Err(out);
+    }
+    Ok(Applied {
+        spec: effective,
+        from_class: FromClass {
+            name: Some(name.to_string()),
+            tinycode_extended: extended,
+            runtime_class_name: tinycode.runtime_class_name.clone(),
+            ollama_runtime_class_name: ollama.runtime_class_name.clone(),
+        },
+        idle: idle_settings(class.idle.as_ref(), &settings.idle),
+        warnings,
+    })
+}
+
+/// Every request and limit within the class's `max`; extended resources
+/// only where `max` names them.
+fn cap(field: &str, lists: &ResourceLists, policy: &WorkloadPolicy, of: &str, exceeds: &mut impl FnMut(&str, String)) {
+    for (kind, map) in [("requests", &lists.requests), ("limits", &lists.limits)] {
+        for (resource, asked) in map {
+            let path = format!("{field}.{kind}.{resource}");
+            match policy.max.get(resource) {
+                Some(max) => {
+                    if let (Some(a), Some(m)) = (parse_quantity(asked), parse_quantity(max))
+                        && a > m
+                    {
+                        exceeds(
+                            &path,
+                            format!("{asked} exceeds {max}, the most {of} allows for {resource}; ask for less"),
+                        );
+                    }
+                }
+                None if !uncapped_by_default(resource) => exceeds(
+                    &path,
+                    format!(
+                        "{of} offers no {resource} (its max does not name it); remove it or use a class that offers it"
+                    ),
+                ),
+                None => {}
+            }
+        }
+    }
+}
+
+/// The class's node selector over the spec's (the class wins a conflict, and
+/// says so) and its tolerations after the spec's.
+fn merge_placement(
+    node_selector: &mut Option<BTreeMap<String, String>>,
+    tolerations: &mut Option<Vec<k8s_openapi::api::core::v1::Toleration>>,
+    policy: &WorkloadPolicy,
+    warnings: &mut Vec<String>,
+    field: &str,
+) {
+    if !policy.node_selector.is_empty() {
+        let selector = node_selector.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &policy.node_selector {
+            if let Some(own) = selector.insert(k.clone(), v.clone())
+                && own != *v
+            {
+                warnings.push(format!("{field}.{k}={own} is overridden by the class's {k}={v}"));
+            }
+        }
+    }
+    if !policy.tolerations.is_empty() {
+        let list = tolerations.get_or_insert_with(Vec::new);
+        for t in &policy.tolerations {
+            if !list.contains(t) {
+                list.push(t.clone());
+            }
+        }
+    }
+}
+
+/// Idle stop under a class: its default, maximum and rule where it sets
+/// them; the operator's maximum still caps and its rule still holds.
+pub fn idle_settings(policy: Option<&crate::api::IdlePolicy>, operator: &IdleSettings) -> IdleSettings {
+    let Some(p) = policy else { return operator.clone() };
+    let parse = |s: &Option<String>| s.as_deref().and_then(parse_duration);
+    let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
+    let max = match (nonzero(parse(&p.max_timeout)), operator.max_timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    IdleSettings {
+        default_timeout: nonzero(parse(&p.timeout)).or(operator.default_timeout),
+        max_timeout: max,
+        required: p.required || operator.required,
+        ..operator.clone()
+    }
+}
+
+/// The rank of an instance among its namespace's instances of one class:
+/// how many (not being deleted) were created before it, ties by name.
+pub fn rank<'a>(me: (&str, &str), others: impl Iterator<Item = (&'a str, &'a str)>) -> usize {
+    others.filter(|o| (o.0, o.1) < me).count()
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

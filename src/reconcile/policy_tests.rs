@@ -1,0 +1,268 @@
+//! Tables of the class decisions: which class, each limit, each mode,
+//! defaults filled in, and the rendering digest following the class.
+
+use super::*;
+use crate::render::values::{Approved, InstanceRef, build};
+use serde_json::json;
+
+fn spec(v: serde_json::Value) -> TinycodeInstanceSpec {
+    serde_json::from_value(v).unwrap()
+}
+
+fn class(name: &str, v: serde_json::Value) -> Arc<TinycodeClass> {
+    Arc::new(TinycodeClass::new(name, serde_json::from_value(v).unwrap()))
+}
+
+fn found(name: &str, v: serde_json::Value) -> Choice {
+    Choice::Found { name: name.into(), spec: Box::new(serde_json::from_value(v).unwrap()), warning: None }
+}
+
+fn fields(r: Result<Applied, Vec<Exceeds>>) -> Vec<String> {
+    r.err().unwrap_or_default().into_iter().map(|e| e.field).collect()
+}
+
+fn gpu_class() -> serde_json::Value {
+    json!({
+        "image": "quay.io/team/tinycode@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "tinycode": {"defaults": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+                     "max": {"cpu": "4", "memory": "8Gi"}},
+        "ollama": {"defaults": {"limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}},
+                   "max": {"nvidia.com/gpu": "1", "memory": "32Gi"},
+                   "nodeSelector": {"gpu": "true"},
+                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "runtimeClassName": "nvidia"},
+        "storage": {"maxDataSize": "5Gi", "maxProjectsSize": "50Gi"},
+        "idle": {"timeout": "1h", "maxTimeout": "8h", "required": true},
+        "permittedModes": ["git", "ollama"],
+        "maxInstancesPerNamespace": 3,
+        "imagePullSecrets": [{"name": "team-pull"}]
+    })
+}
+
+#[test]
+fn the_named_class_or_else_the_default_applies() {
+    let classes = vec![class("gpu", json!({})), class("std", json!({"default": true}))];
+    assert!(matches!(choose(Some("gpu"), &classes), Choice::Found { name, .. } if name == "gpu"));
+    assert!(matches!(choose(None, &classes), Choice::Found { name, warning: None, .. } if name == "std"));
+    assert_eq!(choose(Some("gone"), &classes), Choice::Missing("gone".into()));
+    assert_eq!(choose(None, &classes[..1]), Choice::None);
+    let two = vec![class("b", json!({"default": true})), class("a", json!({"default": true}))];
+    match choose(None, &two) {
+        Choice::Found { name, warning: Some(w), .. } => {
+            assert_eq!(name, "a", "the first by name");
+            assert!(w.contains("a, b"), "{w}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = apply(&Choice::Missing("gone".into()), &spec(json!({})), &Settings::default(), 0);
+    assert_eq!(fields(r), vec!["spec.className"]);
+}
+
+#[test]
+fn without_a_class_the_spec_applies_as_written_with_the_operators_defaults() {
+    let a = apply(&Choice::None, &spec(json!({"shell": {"enabled": true}})), &Settings::default(), 99).unwrap();
+    assert_eq!(a.spec.image.as_deref(), Some(DEFAULT_IMAGE));
+    assert_eq!(a.spec.resources, Some(Resources::default()));
+    assert_eq!(a.from_class, FromClass::default());
+    assert_eq!(a.idle, Settings::default().idle);
+}
+
+#[test]
+fn defaults_are_filled_from_the_class() {
+    let s = spec(json!({"ollama": {"enabled": true}, "nodeSelector": {"zone": "a"}}));
+    let a = apply(&found("gpu", gpu_class()), &s, &Settings::default(), 0).unwrap();
+    assert!(a.spec.image.as_deref().unwrap().starts_with("quay.io/team/tinycode@sha256:"));
+    let r = a.spec.resources.clone().unwrap();
+    assert_eq!((r.requests.cpu.as_str(), r.limits.memory.as_str()), ("500m", "4Gi"));
+    let ollama = a.spec.ollama.resources.clone().unwrap();
+    assert_eq!(ollama.limits.get("nvidia.com/gpu").map(String::as_str), Some("1"));
+    assert_eq!(a.spec.ollama.node_selector.as_ref().unwrap()["gpu"], "true");
+    assert_eq!(a.spec.ollama.tolerations.as_ref().unwrap().len(), 1);
+    // The IDE keeps its own placement: the GPU selector is Ollama's alone.
+    assert_eq!(a.spec.node_selector.as_ref().unwrap().get("gpu"), None);
+    assert_eq!(a.spec.node_selector.as_ref().unwrap()["zone"], "a");
+    assert_eq!(a.from_class.ollama_runtime_class_name.as_deref(), Some("nvidia"));
+    assert_eq!(a.from_class.runtime_class_name, None);
+    assert_eq!(a.spec.image_pull_secrets, vec![SecretName { name: "team-pull".into() }]);
+    assert_eq!(a.idle.default_timeout, Some(Duration::from_secs(3600)));
+    assert_eq!(a.idle.max_timeout, Some(Duration::from_secs(8 * 3600)));
+    assert!(a.idle.required);
+}
+
+#[test]
+fn each_limit_is_enforced_and_named() {
+    let c = found("gpu", gpu_class());
+    let s = Settings::default();
+    let cases: Vec<(serde_json::Value, usize, Vec<&str>)> = vec![
+        (json!({}), 0, vec![]),
+        (
+            json!({"resources": {"limits": {"cpu": "8", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}),
+            0,
+            vec!["spec.resources.limits.cpu"],
+        ),
+        (
+            json!({"resources": {"limits": {"cpu": "4", "memory": "16Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}),
+            0,
+            vec!["spec.resources.limits.memory"],
+        ),
+        (
+            json!({"ollama": {"enabled": true, "resources": {"limits": {"nvidia.com/gpu": "2"}}}}),
+            0,
+            vec!["spec.ollama.resources.limits.nvidia.com/gpu"],
+        ),
+        (
+            json!({"ollama": {"enabled": true, "resources": {"limits": {"amd.com/gpu": "1"}}}}),
+            0,
+            vec!["spec.ollama.resources.limits.amd.com/gpu"],
+        ),
+        (json!({"storage": {"dataSize": "10Gi"}}), 0, vec!["spec.storage.dataSize"]),
+        (json!({"storage": {"projectsSize": "100Gi"}}), 0, vec!["spec.storage.projectsSize"]),
+        (json!({"shell": {"enabled": true}}), 0, vec!["spec.shell.enabled"]),
+        (json!({"storage": {"hostPath": {"path": "/srv"}}}), 0, vec!["spec.storage.hostPath"]),
+        (
+            json!({"clusterAdmin": {"enabled": true, "kubeconfigSecretName": "kc"}}),
+            0,
+            vec!["spec.clusterAdmin.enabled"],
+        ),
+        (json!({"git": {"url": "https://example.com/r.git"}}), 0, vec![]),
+        (json!({}), 2, vec![]),
+        (json!({}), 3, vec!["spec.className"]),
+    ];
+    for (v, rank, want) in cases {
+        let got = fields(apply(&c, &spec(v.clone()), &s, rank));
+        assert_eq!(got, want, "{v} at rank {rank}");
+    }
+    let e = apply(
+        &c,
+        &spec(
+            json!({"resources": {"limits": {"cpu": "8", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}),
+        ),
+        &s,
+        0,
+    )
+    .unwrap_err();
+    assert!(e[0].message.contains("8 exceeds 4") && e[0].message.contains("\"gpu\""), "{}", e[0].message);
+}
+
+#[test]
+fn extended_resources_need_the_class_to_offer_them() {
+    let s = spec(json!({"ollama": {"enabled": true, "resources": {"limits": {"nvidia.com/gpu": "1"}}}}));
+    assert_eq!(
+        fields(apply(&found("plain", json!({})), &s, &Settings::default(), 0)),
+        vec!["spec.ollama.resources.limits.nvidia.com/gpu"]
+    );
+    // Without a class no policy applies: the tenant's own quota decides.
+    assert!(apply(&Choice::None, &s, &Settings::default(), 0).is_ok());
+}
+
+#[test]
+fn the_image_follows_the_class_and_the_allow_list() {
+    let locked = found("locked", json!({"image": "quay.io/team/tc:1", "allowCustomImage": false}));
+    let s = Settings::default();
+    assert_eq!(apply(&locked, &spec(json!({})), &s, 0).unwrap().spec.image.as_deref(), Some("quay.io/team/tc:1"));
+    assert!(apply(&locked, &spec(json!({"image": "quay.io/team/tc:1"})), &s, 0).is_ok());
+    assert_eq!(fields(apply(&locked, &spec(json!({"image": "quay.io/me/tc:2"})), &s, 0)), vec!["spec.image"]);
+    let open = found("open", json!({"image": "quay.io/team/tc:1"}));
+    assert_eq!(
+        apply(&open, &spec(json!({"image": "ghcr.io/me/tc:2"})), &s, 0).unwrap().spec.image.as_deref(),
+        Some("ghcr.io/me/tc:2")
+    );
+    let elsewhere = found("elsewhere", json!({"image": "registry.example.com/tc:1"}));
+    assert_eq!(fields(apply(&elsewhere, &spec(json!({})), &s, 0)), vec!["spec.image"]);
+}
+
+#[test]
+fn storage_classes_are_limited_to_the_listed_ones() {
+    let c = found("fast", json!({"storage": {"allowedStorageClasses": ["fast"]}}));
+    let s = Settings::default();
+    assert!(apply(&c, &spec(json!({"storage": {"storageClassName": "fast"}})), &s, 0).is_ok());
+    assert_eq!(
+        fields(apply(&c, &spec(json!({"storage": {"storageClassName": "slow"}})), &s, 0)),
+        vec!["spec.storage.storageClassName"]
+    );
+    assert_eq!(fields(apply(&c, &spec(json!({})), &s, 0)), vec!["spec.storage.storageClassName"]);
+}
+
+#[test]
+fn a_class_node_selector_wins_and_says_so() {
+    let c = found("pool", json!({"tinycode": {"nodeSelector": {"pool": "dev"}, "runtimeClassName": "kata"}}));
+    let a = apply(&c, &spec(json!({"nodeSelector": {"pool": "gpu", "zone": "a"}})), &Settings::default(), 0).unwrap();
+    let ns = a.spec.node_selector.unwrap();
+    assert_eq!((ns["pool"].as_str(), ns["zone"].as_str()), ("dev", "a"));
+    assert!(a.warnings.iter().any(|w| w.contains("spec.nodeSelector.pool=gpu")), "{:?}", a.warnings);
+    assert_eq!(a.from_class.runtime_class_name.as_deref(), Some("kata"));
+}
+
+#[test]
+fn the_class_idle_policy_stays_under_the_operators() {
+    let operator = IdleSettings { max_timeout: Some(Duration::from_secs(3600)), ..Default::default() };
+    let p = crate::api::IdlePolicy { timeout: Some("30m".into()), max_timeout: Some("8h".into()), required: false };
+    let s = idle_settings(Some(&p), &operator);
+    assert_eq!(s.default_timeout, Some(Duration::from_secs(1800)));
+    assert_eq!(s.max_timeout, Some(Duration::from_secs(3600)), "the operator's maximum still caps");
+    assert_eq!(idle_settings(None, &operator), operator);
+}
+
+#[test]
+fn modes_permitted_and_withheld() {
+    assert!(permits(None, Mode::Shell));
+    let open: TinycodeClassSpec = serde_json::from_value(json!({})).unwrap();
+    assert!(Mode::ALL.iter().all(|m| permits(Some(&open), *m)));
+    let git_only: TinycodeClassSpec = serde_json::from_value(json!({"permittedModes": ["git"]})).unwrap();
+    assert!(permits(Some(&git_only), Mode::Git));
+    assert!(!permits(Some(&git_only), Mode::Shell) && !permits(Some(&git_only), Mode::ClusterAdmin));
+}
+
+#[test]
+fn older_instances_rank_first() {
+    let others = [("2026-01-01T00:00:00Z", "b"), ("2026-01-02T00:00:00Z", "a"), ("2026-01-01T00:00:00Z", "z")];
+    assert_eq!(rank(("2026-01-01T00:00:00Z", "c"), others.iter().copied()), 1);
+    assert_eq!(rank(("2026-01-03T00:00:00Z", "a"), others.iter().copied()), 3);
+    assert_eq!(rank(("2025-12-31T00:00:00Z", "z"), others.iter().copied()), 0);
+}
+
+#[test]
+fn the_rendering_digest_changes_when_the_class_does() {
+    let inst = InstanceRef { name: "dev", namespace: "team", uid: "u" };
+    let s = Settings::default();
+    let render = |c: serde_json::Value| {
+        let a = apply(&found("std", c), &spec(json!({})), &s, 0).unwrap();
+        let approved = Approved { class: a.from_class, ..Approved::default() };
+        build(&inst, &a.spec, &s, &approved, None)
+    };
+    let base = render(json!({}));
+    assert_eq!(base.class_name, "std");
+    assert_eq!(base.values_hash, render(json!({})).values_hash);
+    let bigger = render(json!({"tinycode": {"defaults": {"limits": {"cpu": "3"}}}}));
+    assert_eq!(bigger.resources.limits["cpu"], "3");
+    assert_ne!(base.values_hash, bigger.values_hash);
+    let placed = render(json!({"tinycode": {"nodeSelector": {"pool": "dev"}}}));
+    assert_ne!(base.values_hash, placed.values_hash);
+    let gpu =
+        render(json!({"tinycode": {"defaults": {"limits": {"nvidia.com/gpu": "1"}}, "max": {"nvidia.com/gpu": "1"}}}));
+    assert_eq!(gpu.resources.limits["nvidia.com/gpu"], "1");
+    let none =
+        build(&inst, &apply(&Choice::None, &spec(json!({})), &s, 0).unwrap().spec, &s, &Approved::default(), None);
+    assert_ne!(base.values_hash, none.values_hash, "naming a class re-renders");
+}
+
+#[test]
+fn a_stricter_class_withdraws_what_it_no_longer_permits() {
+    use crate::platform::scc::SccTier;
+    use crate::reconcile::revoke::{Held, Withdraw, class_withdrawals};
+    let held = Held {
+        scc_grants: vec![SccTier::Restricted, SccTier::Shell],
+        cluster_role: Some("view".into()),
+        kubeconfig_copy: Some(true),
+        workload_running: true,
+        ..Held::default()
+    };
+    let open: TinycodeClassSpec = serde_json::from_value(json!({})).unwrap();
+    assert_eq!(class_withdrawals(Some(&open), &held), vec![]);
+    assert_eq!(class_withdrawals(None, &held), vec![]);
+    let strict: TinycodeClassSpec = serde_json::from_value(json!({"permittedModes": ["git"]})).unwrap();
+    assert_eq!(
+        class_withdrawals(Some(&strict), &held),
+        vec![Withdraw::SccGrant(SccTier::Shell), Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy]
+    );
+}

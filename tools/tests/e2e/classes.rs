@@ -1,0 +1,299 @@
+//! Platform policy (`TinycodeClass`) against the real apiserver and helm:
+//! a class fills in and places both workloads, caps what tenants ask for
+//! and how many instances a namespace runs, withdraws a mode it stops
+//! permitting, and a model server's API key reaches the probe and the
+//! config by reference only. The tenant (alice) acts impersonated, as admin
+//! of her namespace alone; classes are the cluster-admin's.
+//!
+//! The classes here are never marked default: one control plane serves
+//! every scenario, and a default class would apply to them all.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tinycode_operator::api::TinycodeClass;
+use tinycode_operator::render::naming;
+use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
+
+use super::{delete_and_wait_gone, put_secret};
+use crate::harness::*;
+use crate::tenancy::{failed_with, outside, same_world, tenant};
+
+async fn create_class(c: &Client, name: &str, spec: Value) -> TestResult {
+    let class: TinycodeClass =
+        serde_json::from_value(json!({"apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeClass",
+            "metadata": {"name": name}, "spec": spec}))
+        .ctx("class")?;
+    let api: Api<TinycodeClass> = Api::all(c.clone());
+    if api.get_opt(name).await.ctx("class")?.is_some() {
+        api.delete(name, &DeleteParams::default()).await.ctx("delete old class")?;
+    }
+    api.create(&PostParams::default(), &class).await.ctx("create class")?;
+    Ok(())
+}
+
+async fn pod(c: &Client, ns: &str, deployment: &str) -> Result<PodSpec, String> {
+    Api::<Deployment>::namespaced(c.clone(), ns)
+        .get(deployment)
+        .await
+        .ctx(deployment)?
+        .spec
+        .template
+        .spec
+        .ok_or_else(|| format!("{deployment} has no pod template"))
+}
+
+fn quantities(
+    r: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Value {
+    json!(r.map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect::<std::collections::BTreeMap<_, _>>()))
+}
+
+/// A class with a GPU limit and node placement renders both Deployments as
+/// asked; a spec above the limit and the fourth instance in a namespace
+/// limited to three are refused with nothing applied and nothing outside the
+/// namespace changed; tightening the class withdraws the shell tier, and
+/// deleting it leaves its instance Failed, never half-rendered.
+pub async fn classes_place_cap_and_withdraw(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "class-a").await?;
+    let ns = alice.ns.clone();
+    let gpu = format!("{ns}-gpu");
+    let dev = format!("{ns}-dev");
+    create_class(&admin, &gpu, json!({
+        "description": "GPU pool: Ollama on GPU nodes, three instances per namespace",
+        "tinycode": {"defaults": {"limits": {"cpu": "3", "memory": "6Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}},
+                     "max": {"cpu": "4", "memory": "8Gi"}},
+        "ollama": {"defaults": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}},
+                   "max": {"nvidia.com/gpu": "1", "memory": "32Gi"},
+                   "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "runtimeClassName": "nvidia"},
+        "permittedModes": ["ollama", "git"],
+        "maxInstancesPerNamespace": 3
+    }))
+    .await?;
+    // The tenant cannot write a class (cluster-scoped, the cluster-admin's).
+    let forged = Api::<TinycodeClass>::all(alice.client.clone())
+        .patch(&gpu, &PatchParams::default(), &Patch::Merge(json!({"spec": {"maxInstancesPerNamespace": 100}})))
+        .await;
+    ensure(
+        matches!(forged, Err(kube::Error::Api(ref s)) if s.code == 403),
+        format!("alice patched the class: {forged:?}"),
+    )?;
+
+    // 1. Both Deployments as the class asks; the IDE stays off the GPU nodes.
+    let spec = json!({"className": gpu, "ollama": {"enabled": true}, "nodeSelector": {"zone": "a"}});
+    super::deploy(env, &alice.client, &ns, "gpu1", spec.clone()).await?;
+    let inst = run_to_running(&admin, &ns, "gpu1").await?;
+    ensure_eq(inst.status.as_ref().and_then(|s| s.class.clone()), Some(gpu.clone()), "status.class")?;
+    let ollama = pod(&admin, &ns, "gpu1-ollama").await?;
+    ensure_eq(
+        ollama.node_selector.clone().unwrap_or_default().get("nvidia.com/gpu.present").cloned(),
+        Some("true".into()),
+        "Ollama's node selector",
+    )?;
+    ensure_eq(ollama.runtime_class_name.as_deref(), Some("nvidia"), "Ollama's runtime class")?;
+    ensure_eq(
+        ollama.tolerations.iter().flatten().map(|t| t.key.clone().unwrap_or_default()).collect::<Vec<_>>(),
+        vec!["nvidia.com/gpu".to_string()],
+        "Ollama's tolerations",
+    )?;
+    let r = ollama.containers[0].resources.clone().unwrap_or_default();
+    ensure_eq(quantities(r.limits.as_ref()), json!({"memory": "16Gi", "nvidia.com/gpu": "1"}), "Ollama's limits")?;
+    ensure_eq(quantities(r.requests.as_ref()), json!({"cpu": "2", "memory": "8Gi"}), "Ollama's requests")?;
+    let ide = pod(&admin, &ns, "gpu1-tinycode").await?;
+    ensure_eq(
+        ide.node_selector.clone(),
+        Some([("zone".to_string(), "a".to_string())].into()),
+        "the IDE's node selector",
+    )?;
+    ensure(ide.runtime_class_name.is_none() && ide.tolerations.is_none(), "the IDE got the GPU placement")?;
+    let tc = ide.containers.iter().find(|c| c.name == "tinycode").ok_or("no tinycode container")?;
+    let tr = tc.resources.clone().unwrap_or_default();
+    ensure_eq(
+        quantities(tr.limits.as_ref()),
+        json!({"cpu": "3", "memory": "6Gi"}),
+        "the IDE's limits (class defaults)",
+    )?;
+
+    // 2. Above the limit: refused, nothing applied, nothing outside changed.
+    let before = outside(&admin, &[OPERATOR_NAMESPACE], "none").await?;
+    let big = json!({"className": gpu, "ollama": {"enabled": true, "resources": {"limits": {"nvidia.com/gpu": "2"}}}});
+    apply_instance(&alice.client, &ns, "big", big).await.ctx("apply big")?;
+    let m = failed_with(&admin, &ns, "big", "ExceedsPolicy").await?;
+    ensure(
+        m.contains("spec.ollama.resources.limits.nvidia.com/gpu") && m.contains("exceeds 1") && m.contains(&gpu),
+        format!("the message names the field, the limit and the class: {m}"),
+    )?;
+    ensure(env.release(&naming::release_name(&ns, "big"))?.is_none(), "a release was installed above the limit")?;
+    ensure(
+        Api::<Deployment>::namespaced(admin.clone(), &ns).get_opt("big-tinycode").await.ctx("deployment")?.is_none(),
+        "a Deployment exists for the refused instance",
+    )?;
+    // A shell under a class that does not permit it: refused the same way.
+    apply_instance(&alice.client, &ns, "sh", json!({"className": gpu, "shell": {"enabled": true}})).await.ctx("sh")?;
+    let m = failed_with(&admin, &ns, "sh", "ExceedsPolicy").await?;
+    ensure(m.contains("spec.shell.enabled") && m.contains("permittedModes"), format!("message: {m}"))?;
+    same_world(&before, &outside(&admin, &[OPERATOR_NAMESPACE], "none").await?)?;
+    // Refused instances hold a place like any other (the limit counts
+    // instances, as an object-count quota does): they go first.
+    for name in ["big", "sh"] {
+        delete_and_wait_gone(&admin, &ns, name).await?;
+    }
+
+    // 3. Three instances per namespace: the fourth is refused.
+    for name in ["gpu2", "gpu3"] {
+        super::deploy(env, &alice.client, &ns, name, json!({"className": gpu})).await?;
+    }
+    let before = outside(&admin, &[OPERATOR_NAMESPACE], "none").await?;
+    apply_instance(&alice.client, &ns, "gpu4", json!({"className": gpu})).await.ctx("apply gpu4")?;
+    let m = failed_with(&admin, &ns, "gpu4", "ExceedsPolicy").await?;
+    ensure(m.contains("maxInstancesPerNamespace: 3"), format!("message: {m}"))?;
+    ensure(env.release(&naming::release_name(&ns, "gpu4"))?.is_none(), "the fourth instance was installed")?;
+    same_world(&before, &outside(&admin, &[OPERATOR_NAMESPACE], "none").await?)?;
+    // One goes: the fourth takes its place.
+    delete_and_wait_gone(&admin, &ns, "gpu3").await?;
+    let release = naming::release_name(&ns, "gpu4");
+    wait_for("the fourth instance installed once a place is free", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+
+    // 4. A class made stricter takes back the shell tier it permitted.
+    env.kubectl(&["label", "namespace", &ns, "tinycode.dev/allow-shell=true", "--overwrite"])?;
+    create_class(&admin, &dev, json!({"permittedModes": ["shell", "git"]})).await?;
+    super::deploy(env, &alice.client, &ns, "shell", json!({"className": dev, "shell": {"enabled": true}})).await?;
+    run_to_running(&admin, &ns, "shell").await?;
+    let grant = naming::scc_grant("shell", "shell");
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);
+    ensure(bindings.get_opt(&grant).await.ctx("grant")?.is_some(), "no shell grant")?;
+    let shell_release = naming::release_name(&ns, "shell");
+    let revision = env.release(&shell_release)?.ok_or("no release")?.0;
+    Api::<TinycodeClass>::all(admin.clone())
+        .patch(&dev, &PatchParams::default(), &Patch::Merge(json!({"spec": {"permittedModes": ["git"]}})))
+        .await
+        .ctx("tighten the class")?;
+    let m = failed_with(&admin, &ns, "shell", "ExceedsPolicy").await?;
+    ensure(m.contains("spec.shell.enabled"), format!("message: {m}"))?;
+    wait_for("the shell grant withdrawn and the workload stopped", WAIT, || async {
+        let gone = bindings.get_opt(&grant).await.ctx("grant")?.is_none();
+        let replicas = Api::<Deployment>::namespaced(admin.clone(), &ns)
+            .get("shell-tinycode")
+            .await
+            .ctx("deployment")?
+            .spec
+            .replicas;
+        Ok((gone && replicas == Some(0)).then_some(()))
+    })
+    .await?;
+    let events = Api::<Event>::namespaced(admin.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    ensure(
+        events.items.iter().any(|e| e.reason.as_deref() == Some("ApprovalWithdrawn")),
+        "no ApprovalWithdrawn event",
+    )?;
+    ensure_eq(env.release(&shell_release)?.map(|r| r.0), Some(revision), "helm ran for the refused instance")?;
+
+    // 5. The class deleted while in use: Failed with ClassNotFound, the
+    // release left as it was.
+    let gpu1_release = naming::release_name(&ns, "gpu1");
+    let gpu1_revision = env.release(&gpu1_release)?.ok_or("no release")?.0;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&gpu, &DeleteParams::default()).await.ctx("delete class")?;
+    let m = failed_with(&admin, &ns, "gpu1", "ClassNotFound").await?;
+    ensure(m.contains(&gpu), format!("message: {m}"))?;
+    ensure_eq(env.release(&gpu1_release)?.map(|r| r.0), Some(gpu1_revision), "helm ran without the class")?;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&dev, &DeleteParams::default()).await.ctx("delete class")?;
+    Ok(())
+}
+
+/// What the key stand-in saw: the Authorization headers of its requests.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+async fn keyed_models(State((seen, key)): State<(Seen, String)>, headers: HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    seen.lock().unwrap().push(auth.clone());
+    if auth != format!("Bearer {key}") {
+        return (StatusCode::UNAUTHORIZED, "missing or wrong API key").into_response();
+    }
+    axum::Json(json!({"object": "list", "data": [{"id": "keyed-model", "object": "model", "max_model_len": 32768}]}))
+        .into_response()
+}
+
+/// A model server's API key, from a Secret: the probe sends it as a bearer
+/// token (a loopback stand-in refuses requests without it), the generated
+/// config names the variable the chart sets from the Secret, and the value
+/// is nowhere in status, events, the ConfigMap, the release's values or the
+/// operator's log. spec.env entries reach the container by reference too.
+pub async fn model_keys_are_referenced_never_copied(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "keys-a").await?;
+    let ns = alice.ns.clone();
+    let key = format!("sk-e2e-{}", std::process::id());
+    let openrouter = format!("or-e2e-{}", std::process::id());
+    let seen: Seen = Arc::default();
+    let app = axum::Router::new()
+        .route("/v1/models", axum::routing::get(keyed_models))
+        .with_state((seen.clone(), key.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.ctx("bind")?;
+    let addr = listener.local_addr().ctx("addr")?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    put_secret(&alice.client, &ns, "model-keys", json!({"vllm": key, "openrouter": openrouter})).await?;
+    let spec = json!({
+        "model": "keyed-model",
+        "vllm": [{"name": "keyed", "url": format!("http://{addr}"), "apiKeySecret": {"name": "model-keys", "key": "vllm"}}],
+        "env": [{"name": "OPENROUTER_API_KEY", "secretKeyRef": {"name": "model-keys", "key": "openrouter"}}]
+    });
+    // A missing key is named, not half-applied.
+    let mut wrong = spec.clone();
+    wrong["env"][0]["secretKeyRef"]["key"] = json!("nope");
+    apply_instance(&alice.client, &ns, "dev", wrong).await.ctx("apply")?;
+    let m = failed_with(&admin, &ns, "dev", "SecretReferenceMissing").await?;
+    ensure(m.contains("spec.env[0]") && m.contains("nope"), format!("message: {m}"))?;
+    ensure(env.release(&naming::release_name(&ns, "dev"))?.is_none(), "installed with a missing key")?;
+
+    super::deploy(env, &alice.client, &ns, "dev", spec).await?;
+    let inst = run_to_running(&admin, &ns, "dev").await?;
+    ensure(
+        seen.lock().unwrap().iter().any(|a| *a == format!("Bearer {key}")),
+        "the probe did not send the key as a bearer token",
+    )?;
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), &ns).get("dev-tinycode-config").await.ctx("configmap")?;
+    let text = cm.data.unwrap_or_default().get("config.json").cloned().ok_or("no config.json")?;
+    let cfg: Value = serde_json::from_str(&text).ctx("config json")?;
+    ensure_eq(&cfg["providers"]["keyed"]["apiKey"], &json!("{env:TINYCODE_VLLM_KEYED_API_KEY}"), "config apiKey")?;
+    ensure(cfg["providers"]["keyed"]["models"]["keyed-model"].is_object(), format!("the probe's models: {cfg}"))?;
+    let ide = pod(&admin, &ns, "dev-tinycode").await?;
+    let c = ide.containers.iter().find(|c| c.name == "tinycode").ok_or("no tinycode container")?;
+    for (var, k) in [("TINYCODE_VLLM_KEYED_API_KEY", "vllm"), ("OPENROUTER_API_KEY", "openrouter")] {
+        let e = c.env.iter().flatten().find(|e| e.name == var).ok_or(format!("no {var}"))?;
+        let r =
+            e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).ok_or(format!("{var} not from a Secret"))?;
+        ensure_eq((r.name.as_str(), r.key.as_str(), e.value.is_none()), ("model-keys", k, true), var)?;
+    }
+    // The values are nowhere else.
+    let values =
+        env.helm_json(&["get", "values", "--all", "-n", OPERATOR_NAMESPACE, &naming::release_name(&ns, "dev")])?;
+    let events = Api::<Event>::namespaced(admin.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), &ns).get("dev-tinycode").await.ctx("deployment")?;
+    let log = std::fs::read_to_string(env.operator_log()).unwrap_or_default();
+    for (what, text) in [
+        ("status", serde_json::to_string(&inst.status).ctx("status")?),
+        ("events", serde_json::to_string(&events.items).ctx("events")?),
+        ("release values", values.to_string()),
+        ("config", text),
+        ("Deployment", serde_json::to_string(&deployment).ctx("deployment")?),
+        ("operator log", log),
+    ] {
+        ensure(!text.contains(&key) && !text.contains(&openrouter), format!("a key appears in the {what}"))?;
+    }
+    Ok(())
+}
