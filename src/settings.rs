@@ -88,6 +88,8 @@ pub struct IdleSettings {
     pub check_interval: Duration,
     /// Checks in flight at once.
     pub checks_in_flight: usize,
+    /// These are a TinycodeClass's (status names the class, not the flags).
+    pub from_class: bool,
 }
 
 impl Default for IdleSettings {
@@ -99,6 +101,7 @@ impl Default for IdleSettings {
             url_template: format!("http://{{service}}.{{namespace}}.svc:{ACTIVITY_PORT}/activity"),
             check_interval: Duration::from_secs(60),
             checks_in_flight: 8,
+            from_class: false,
         }
     }
 }

@@ -84,3 +84,63 @@ fn values_command_refuses_an_invalid_spec_with_the_status_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("spec.shell.enabled") && err.contains("no SCC tier allows both"), "{err}");
 }
+
+/// Runs `tinycode-operator values --offline` for `instance` (YAML) under `class`.
+fn values_with_class(instance: &str, class: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("instance.yaml");
+    std::fs::write(&file, instance).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_tinycode-operator"))
+        .args(["values", "--offline", "--class", class, "-f"])
+        .arg(&file)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn values_command_shows_what_a_class_would_refuse_before_it_is_applied() {
+    let class = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/classes/gpu-pool.yaml");
+    let class = class.to_str().unwrap();
+    let head = "apiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: dev, namespace: team}\nspec:\n  className: gpu-pool\n";
+    let out = values_with_class(
+        &format!("{head}  ollama: {{enabled: true, resources: {{limits: {{nvidia.com/gpu: \"2\"}}}}}}\n"),
+        class,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.ollama.resources.limits.nvidia.com/gpu")
+            && err.contains("exceeds 1")
+            && err.contains("gpu-pool"),
+        "{err}"
+    );
+    let out = values_with_class(&format!("{head}  shell: {{enabled: true}}\n"), class);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.shell.enabled"));
+    // Within the class: its defaults and placement, as the operator would render them.
+    let out = values_with_class(&format!("{head}  ollama: {{enabled: true}}\n"), class);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["class"], "gpu-pool");
+    assert_eq!(v["values"]["ollama"]["resources"]["limits"]["nvidia.com/gpu"], "1");
+    assert_eq!(v["values"]["ollama"]["nodeSelector"]["nvidia.com/gpu.present"], "true");
+    assert_eq!(v["values"]["ollama"]["runtimeClassName"], "nvidia");
+    assert_eq!(v["values"]["nodeSelector"], serde_json::json!({}), "the IDE is not placed on GPU nodes");
+    // A file holding another class than the instance names is refused.
+    let other = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/classes/locked-down.yaml");
+    let out = values_with_class(&format!("{head}  ollama: {{enabled: true}}\n"), other.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_readme_shows_the_shipped_class_examples() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for file in ["config/classes/gpu-pool.yaml", "config/classes/locked-down.yaml"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let class: tinycode_operator::api::TinycodeClass = serde_yaml::from_str(&text).unwrap();
+        assert!(class.metadata.name.is_some(), "{file}");
+        let body: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+        assert!(readme.contains(&body), "README.md does not show {file} as shipped");
+    }
+}

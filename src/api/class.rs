@@ -18,6 +18,14 @@ use super::{DNS_SUBDOMAIN_PATTERN, DURATION_PATTERN, IMAGE_PATTERN};
 pub const RESOURCE_NAME_PATTERN: &str =
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$";
 
+/// CEL: every key of `max` a resource name, every value a quantity
+/// (the schema's `propertyNames` does not survive into a CRD).
+pub const MAX_RULE: &str = "!has(self.max) || self.max.all(k, size(k) <= 253 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$') && isQuantity(self.max[k]))";
+/// CEL: the same for `requests`.
+pub const REQUESTS_RULE: &str = "!has(self.requests) || self.requests.all(k, size(k) <= 253 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$') && isQuantity(self.requests[k]))";
+/// CEL: the same for `limits`.
+pub const LIMITS_RULE: &str = "!has(self.limits) || self.limits.all(k, size(k) <= 253 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$') && isQuantity(self.limits[k]))";
+
 /// Resources as name → quantity (`cpu: "2"`, `nvidia.com/gpu: "1"`).
 pub type ResourceMap = BTreeMap<String, String>;
 
@@ -142,8 +150,8 @@ impl Mode {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("!has(self.max) || self.max.all(k, isQuantity(self.max[k]))")
-        .message("max: every value must be a Kubernetes quantity such as 4, 8Gi or 1"),
+    validation = Rule::new(MAX_RULE)
+        .message("max: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 4, 8Gi or 1"),
 )]
 pub struct WorkloadPolicy {
     /// Requests and limits for instances that set none.
@@ -153,7 +161,7 @@ pub struct WorkloadPolicy {
     /// not named here are not capped; an extended resource (a GPU) not named
     /// here may not be asked for at all.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
     pub max: ResourceMap,
     /// Node labels the pods must run on (added to the instance's own; the
     /// class's value wins where both name a label).
@@ -174,17 +182,17 @@ pub struct WorkloadPolicy {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("!has(self.requests) || self.requests.all(k, isQuantity(self.requests[k]))")
-        .message("defaults.requests: every value must be a Kubernetes quantity such as 500m or 1Gi"),
-    validation = Rule::new("!has(self.limits) || self.limits.all(k, isQuantity(self.limits[k]))")
-        .message("defaults.limits: every value must be a Kubernetes quantity such as 2 or 4Gi"),
+    validation = Rule::new(REQUESTS_RULE)
+        .message("defaults.requests: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 500m or 1Gi"),
+    validation = Rule::new(LIMITS_RULE)
+        .message("defaults.limits: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 2 or 4Gi"),
 )]
 pub struct ResourceDefaults {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
     pub requests: ResourceMap,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
     pub limits: ResourceMap,
 }
 

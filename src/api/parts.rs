@@ -370,19 +370,19 @@ pub struct EnvFromSecret {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("!has(self.requests) || self.requests.all(k, isQuantity(self.requests[k]))")
-        .message("spec.ollama.resources.requests: every value must be a Kubernetes quantity such as 500m, 8Gi or 1"),
-    validation = Rule::new("!has(self.limits) || self.limits.all(k, isQuantity(self.limits[k]))")
-        .message("spec.ollama.resources.limits: every value must be a Kubernetes quantity such as 4, 16Gi or 1"),
+    validation = Rule::new(REQUESTS_RULE)
+        .message("spec.ollama.resources.requests: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 500m, 8Gi or 1"),
+    validation = Rule::new(LIMITS_RULE)
+        .message("spec.ollama.resources.limits: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 4, 16Gi or 1"),
 )]
 pub struct ResourceLists {
     /// What the scheduler reserves, by resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
     pub requests: BTreeMap<String, String>,
     /// Most the container may use, by resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16, "propertyNames" = {"pattern": RESOURCE_NAME_PATTERN, "maxLength": 253}), inner(length(max = 32)))]
+    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
     pub limits: BTreeMap<String, String>,
 }
 

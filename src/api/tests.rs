@@ -85,3 +85,20 @@ fn storage_rules_sit_where_storage_always_exists() {
         "retainOnDelete stays mutable"
     );
 }
+
+#[test]
+fn resource_name_rules_hold_the_resource_name_pattern() {
+    let cel = RESOURCE_NAME_PATTERN.replace(r"\.", "[.]");
+    for rule in [MAX_RULE, REQUESTS_RULE, LIMITS_RULE] {
+        assert!(rule.contains(&format!("k.matches('{cel}')")), "{rule}");
+    }
+    let re = regex::Regex::new(RESOURCE_NAME_PATTERN).unwrap();
+    for ok in
+        ["cpu", "memory", "nvidia.com/gpu", "amd.com/gpu", "ephemeral-storage", "hugepages-2Mi".to_lowercase().as_str()]
+    {
+        assert!(re.is_match(ok), "{ok}");
+    }
+    for bad in ["Bad Name", "/gpu", "nvidia.com/", "a/b/c", ""] {
+        assert!(!re.is_match(bad), "{bad}");
+    }
+}

@@ -243,6 +243,7 @@ impl IdleArgs {
             url_template: template.to_string(),
             check_interval: Duration::from_secs(self.activity_check_seconds),
             checks_in_flight: self.activity_checks_in_flight as usize,
+            from_class: false,
         })
     }
 }

@@ -90,22 +90,30 @@ pub fn timeout(spec: &TinycodeInstanceSpec, s: &IdleSettings) -> Timeout {
     let (wanted, origin) = match asked {
         Some(d) if d.is_zero() && s.required => {
             let fallback = s.default_timeout.or(s.max_timeout);
-            (
-                fallback,
-                "spec.idle.timeout 0 is not allowed here (the operator's --idle-stop-required): the operator's default applies",
-            )
+            let origin = if s.from_class {
+                "spec.idle.timeout 0 is not allowed by the instance's class (idle.required): the class's default applies"
+            } else {
+                "spec.idle.timeout 0 is not allowed here (the operator's --idle-stop-required): the operator's default applies"
+            };
+            (fallback, origin)
         }
         Some(d) if d.is_zero() => (None, "spec.idle.timeout 0: idle stop is off"),
         Some(d) => (Some(d), "spec.idle.timeout"),
         None => match s.default_timeout {
+            Some(d) if s.from_class => (Some(d), "the class's default (idle.timeout)"),
             Some(d) => (Some(d), "the operator's default (--idle-timeout)"),
             None => (None, "no spec.idle.timeout and no operator default: idle stop is off"),
         },
     };
     match (wanted, s.max_timeout) {
-        (Some(w), Some(max)) if w > max => {
-            Timeout { timeout: Some(max), origin: "capped at the operator's maximum (--idle-timeout-max)" }
-        }
+        (Some(w), Some(max)) if w > max => Timeout {
+            timeout: Some(max),
+            origin: if s.from_class {
+                "capped at the maximum of the class and the operator (idle.maxTimeout, --idle-timeout-max)"
+            } else {
+                "capped at the operator's maximum (--idle-timeout-max)"
+            },
+        },
         _ => Timeout { timeout: wanted, origin },
     }
 }
@@ -268,7 +276,18 @@ pub fn watched(inst: &TinycodeInstance, settings: &IdleSettings) -> bool {
         && !inst.spec.stopped
         && status.and_then(|s| s.phase) == Some(Phase::Running)
         && !status.and_then(|s| s.idle.as_ref()).is_some_and(|i| i.stopped)
-        && timeout(&inst.spec, settings).timeout.is_some()
+        && in_force(inst, settings).is_some()
+}
+
+/// The timeout the last reconcile put in force (status.idle.timeout: it
+/// follows the instance's class, which this loop does not read), else the
+/// spec's under the operator's settings.
+pub fn in_force(inst: &TinycodeInstance, settings: &IdleSettings) -> Option<Duration> {
+    match inst.status.as_ref().and_then(|s| s.idle.as_ref()).map(|i| i.timeout.as_str()) {
+        Some("off") => None,
+        Some(t) if parse_duration(t).is_some() => parse_duration(t).filter(|d| !d.is_zero()),
+        _ => timeout(&inst.spec, settings).timeout,
+    }
 }
 
 /// Checks the instances with a timeout for as long as the process runs;
@@ -306,7 +325,7 @@ pub async fn watch(
                 let now = Timestamp::now();
                 let obs = Observation { at: now, result };
                 let floor = inst.status.as_ref().and_then(|s| s.last_activity_time.as_deref()?.parse().ok());
-                let limit = timeout(&inst.spec, &settings).timeout.unwrap_or(Duration::MAX);
+                let limit = in_force(&inst, &settings).unwrap_or(Duration::MAX);
                 let v = verdict(Some(&obs), limit, floor, now);
                 metrics.activity_check(v.as_str());
                 let key = ObjectRef::from_obj(&*inst);
@@ -492,6 +511,13 @@ mod tests {
         let running = serde_json::json!({"phase": "Running"});
         assert!(watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), running.clone(), None), &settings));
         assert!(!watched(&inst(serde_json::json!({}), running.clone(), None), &settings));
+        // A class's timeout is known from status (the loop does not read classes).
+        let class_timed = serde_json::json!({"phase": "Running", "idle": {"timeout": "30m"}});
+        let i = inst(serde_json::json!({}), class_timed, None);
+        assert!(watched(&i, &settings));
+        assert_eq!(in_force(&i, &settings), Some(Duration::from_secs(1800)));
+        let off = serde_json::json!({"phase": "Running", "idle": {"timeout": "off"}});
+        assert!(!watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), off, None), &settings));
         assert!(!watched(
             &inst(serde_json::json!({"idle": {"timeout": "1h"}, "stopped": true}), running, None),
             &settings

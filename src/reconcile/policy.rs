@@ -387,6 +387,7 @@ pub fn idle_settings(policy: Option<&crate::api::IdlePolicy>, operator: &IdleSet
         default_timeout: nonzero(parse(&p.timeout)).or(operator.default_timeout),
         max_timeout: max,
         required: p.required || operator.required,
+        from_class: true,
         ..operator.clone()
     }
 }

@@ -77,6 +77,7 @@ pub async fn classes_place_cap_and_withdraw(env: &mut Env) -> TestResult {
                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                    "runtimeClassName": "nvidia"},
+        "idle": {"timeout": "2h", "maxTimeout": "4h"},
         "permittedModes": ["ollama", "git"],
         "maxInstancesPerNamespace": 3
     }))
@@ -95,6 +96,9 @@ pub async fn classes_place_cap_and_withdraw(env: &mut Env) -> TestResult {
     super::deploy(env, &alice.client, &ns, "gpu1", spec.clone()).await?;
     let inst = run_to_running(&admin, &ns, "gpu1").await?;
     ensure_eq(inst.status.as_ref().and_then(|s| s.class.clone()), Some(gpu.clone()), "status.class")?;
+    let idle = inst.status.as_ref().and_then(|s| s.idle.clone()).ok_or("no status.idle")?;
+    ensure_eq(idle.timeout.as_str(), "2h", "the class's idle timeout")?;
+    ensure(idle.message.contains("class"), format!("status.idle.message names the class: {}", idle.message))?;
     let ollama = pod(&admin, &ns, "gpu1-ollama").await?;
     ensure_eq(
         ollama.node_selector.clone().unwrap_or_default().get("nvidia.com/gpu.present").cloned(),
