@@ -223,7 +223,7 @@ pub fn class_of(ctx: &Context, inst: &TinycodeInstance) -> (crate::reconcile::po
         .iter()
         .filter(|i| i.metadata.namespace.as_deref() == Some(ns.as_str()) && i.metadata.deletion_timestamp.is_none())
         .filter(|i| i.metadata.uid != inst.metadata.uid)
-        .filter(|i| matches!(policy::choose(i.spec.class_name.as_deref(), &classes), Choice::Found { name: n, .. } if n == *name))
+        .filter(|i| policy::chosen_name(i.spec.class_name.as_deref(), &classes) == Some(name.as_str()))
         .map(|i| (stamp(i), i.name_any()))
         .collect();
     let me = (stamp(inst), inst.name_any());

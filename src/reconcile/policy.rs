@@ -67,6 +67,22 @@ pub fn choose(class_name: Option<&str>, classes: &[Arc<TinycodeClass>]) -> Choic
     }
 }
 
+/// The name of the class an instance naming `class_name` gets, without
+/// copying any class (the per-namespace count asks this of every instance).
+pub fn chosen_name<'a>(class_name: Option<&'a str>, classes: &'a [Arc<TinycodeClass>]) -> Option<&'a str> {
+    match class_name {
+        Some(name) => classes
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(name) && c.metadata.deletion_timestamp.is_none())
+            .then_some(name),
+        None => classes
+            .iter()
+            .filter(|c| c.spec.default && c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.metadata.name.as_deref())
+            .min(),
+    }
+}
+
 /// Why a spec is beyond its class: the field, and the limit in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exceeds {

@@ -54,6 +54,15 @@ fn the_named_class_or_else_the_default_applies() {
         }
         other => panic!("{other:?}"),
     }
+    for (named, want) in [(Some("gpu"), Some("gpu")), (None, Some("std")), (Some("gone"), None)] {
+        assert_eq!(chosen_name(named, &classes), want, "{named:?}");
+        let chosen = match choose(named, &classes) {
+            Choice::Found { name, .. } => Some(name),
+            _ => None,
+        };
+        assert_eq!(chosen.as_deref(), want, "chosen_name agrees with choose");
+    }
+    assert_eq!(chosen_name(None, &two), Some("a"));
     let r = apply(&Choice::Missing("gone".into()), &spec(json!({})), &Settings::default(), 0);
     assert_eq!(fields(r), vec!["spec.className"]);
 }

@@ -136,7 +136,7 @@ fn csv_installs_the_manager_deployment_and_the_declared_permissions() {
 
     let examples: Value =
         serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
-    assert_eq!(examples.as_array().unwrap().len(), tinycode_tools::bundle::SAMPLES.len());
+    assert_eq!(examples.as_array().unwrap().len(), tinycode_tools::bundle::SAMPLES.len() + 1);
     let owned = &csv["spec"]["customresourcedefinitions"]["owned"][0];
     assert_eq!(owned["name"], "tinycodeinstances.tinycode.dev");
     assert_eq!(owned["version"], "v1alpha1");

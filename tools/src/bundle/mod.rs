@@ -57,6 +57,10 @@ pub const SAMPLES: &[(&str, &str)] = &[
     ("tinycode_v1alpha1_shell.yaml", include_str!("../../../config/samples/tinycode_v1alpha1_shell.yaml")),
 ];
 
+/// The TinycodeClass example the console pre-fills (the GPU pool: the
+/// locked-down one is marked default, which an example should not be).
+pub const CLASS_SAMPLE: (&str, &str) = ("gpu-pool.yaml", include_str!("../../../config/classes/gpu-pool.yaml"));
+
 /// One generated file, relative to the bundle directory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleFile {
@@ -98,6 +102,7 @@ pub fn alm_examples() -> Value {
     Value::Array(
         SAMPLES
             .iter()
+            .chain(std::iter::once(&CLASS_SAMPLE))
             .map(|(file, text)| {
                 let mut v = one_doc(text, file);
                 if let Some(meta) = v["metadata"].as_object_mut() {
@@ -333,10 +338,11 @@ mod tests {
         let examples: Value =
             serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
         let examples = examples.as_array().unwrap();
-        assert_eq!(examples.len(), SAMPLES.len());
+        assert_eq!(examples.len(), SAMPLES.len() + 1);
         for e in examples {
-            assert_eq!(e["kind"], "TinycodeInstance");
+            assert!(e["kind"] == "TinycodeInstance" || e["kind"] == "TinycodeClass", "{e}");
             assert!(e["metadata"].get("namespace").is_none());
         }
+        assert_eq!(examples.iter().filter(|e| e["kind"] == "TinycodeClass").count(), 1, "one class example");
     }
 }
