@@ -21,7 +21,10 @@
 # (what was allocated where at the heap's peak) when it stops. BENCH_IDLE=1
 # gives every instance an idle timeout (8h, never reached) and serves their
 # activity reports from a loopback stand-in, so the idle period shows what the
-# activity checks cost (the stand-in counts the requests).
+# activity checks cost (the stand-in counts the requests). BENCH_CLASS=1 makes
+# a default TinycodeClass with defaults, caps and a per-namespace limit above
+# N apply to every instance (all in one namespace: the limit's count reads
+# every instance there on each reconcile, the worst case).
 set -euo pipefail
 
 N=${1:-100}
@@ -144,7 +147,8 @@ start_operator() {
 }
 stop_operator() { kill -TERM "$op" 2>/dev/null || true; wait "$op" 2>/dev/null || true; }
 sim=
-trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; if [[ -n "${standin:-}" ]]; then kill "$standin" 2>/dev/null || true; fi; stop_operator; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE" "$OP_TMP"' EXIT
+# A default class left behind would apply to whatever runs on this control plane next.
+trap 'if [[ -n "$sim" ]]; then kill "$sim" 2>/dev/null || true; fi; if [[ -n "${standin:-}" ]]; then kill "$standin" 2>/dev/null || true; fi; stop_operator; "$K" delete tinycodeclass bench-default --ignore-not-found >/dev/null 2>&1 || true; cp "$STATE/operator.log" "$ROOT/target/bench-operator.log" 2>/dev/null || true; rm -rf "$STATE" "$OP_TMP"' EXIT
 
 metric() { # sum of the samples of a series prefix
 	curl -s "http://$METRICS/metrics" | awk -v p="$1" 'index($0, p) == 1 { s += $NF } END { printf "%.3f\n", s + 0 }'
@@ -206,6 +210,22 @@ if [[ ${BENCH_IDLE:-} == 1 ]]; then
 	IDLE_SPEC=', idle: {timeout: 8h}'
 fi
 activity_requests() { if [[ -f $STATE/activity.log ]]; then wc -l <"$STATE/activity.log"; else echo 0; fi; }
+"$K" delete tinycodeclass bench-default --ignore-not-found >/dev/null
+if [[ ${BENCH_CLASS:-} == 1 ]]; then
+	"$K" apply -f - >/dev/null <<-EOF
+	apiVersion: tinycode.dev/v1alpha1
+	kind: TinycodeClass
+	metadata: {name: bench-default}
+	spec:
+	  default: true
+	  tinycode:
+	    defaults: {requests: {cpu: 200m, memory: 512Mi}, limits: {cpu: "2", memory: 2Gi}}
+	    max: {cpu: "4", memory: 8Gi}
+	  storage: {maxDataSize: 5Gi, maxProjectsSize: 50Gi}
+	  permittedModes: [git, ollama]
+	  maxInstancesPerNamespace: $((N + 1))
+	EOF
+fi
 start_operator
 log "creating $N instances in $NS"
 for i in $(seq 1 "$N"); do
