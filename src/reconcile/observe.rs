@@ -81,6 +81,9 @@ pub struct Observed {
     /// Secrets named by spec.imagePullSecrets, spec.env and the vLLM
     /// providers' apiKeySecret (with the class's pull secrets), by name: their keys.
     pub secrets_present: BTreeMap<String, BTreeSet<String>>,
+    /// Digests of those Secrets' content (never the content), by name: a
+    /// rotated key rolls the pods that read it from the environment.
+    pub secret_digests: BTreeMap<String, String>,
     /// The vLLM providers' API keys, by provider name (sent by the probe only).
     pub api_keys: BTreeMap<String, String>,
 }
@@ -251,6 +254,7 @@ async fn referenced_secrets(api: &Api<Secret>, inst: &TinycodeInstance, o: &mut 
     names.extend(spec.vllm.iter().flatten().filter_map(|p| p.api_key_secret.as_ref().map(|r| r.name.clone())));
     for name in names {
         let Some(secret) = api.get_opt(&name).await.during("read a Secret the spec names")? else { continue };
+        o.secret_digests.insert(name.clone(), secret_digest(&secret));
         let data = secret.data.unwrap_or_default();
         for p in spec.vllm.iter().flatten() {
             let Some(r) = p.api_key_secret.as_ref().filter(|r| r.name == name) else { continue };

@@ -176,7 +176,7 @@ pub fn validate(
     let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
     let signin = signin(observed, spec, settings, &name, &mut mounted)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
-    secret_references(observed, &applied.spec, &ns)?;
+    secret_references(observed, &applied.spec, &ns, &mut mounted)?;
     let (kubeconfig_copy, cluster_admin_condition) = match &observed.kubeconfig {
         Some(facts) if spec.cluster_admin.enabled => {
             let (copy, condition) = kubeconfig(settings.platform.cli(), facts, inst, &ns, &mut mounted)?;
@@ -273,8 +273,21 @@ pub fn class_policy(
 /// Every Secret the spec names for pulling images, for environment
 /// variables and for model servers' API keys exists (a pod naming a missing
 /// one would never start).
-fn secret_references(observed: &Observed, spec: &TinycodeInstanceSpec, ns: &str) -> Result<(), Invalid> {
+fn secret_references(
+    observed: &Observed,
+    spec: &TinycodeInstanceSpec,
+    ns: &str,
+    mounted: &mut Vec<String>,
+) -> Result<(), Invalid> {
     let present = &observed.secrets_present;
+    // The environment reads these at start: their digests roll the pods when a key rotates.
+    let read: std::collections::BTreeSet<&str> = spec
+        .env
+        .iter()
+        .map(|e| e.secret_key_ref.name.as_str())
+        .chain(spec.vllm.iter().flatten().filter_map(|p| p.api_key_secret.as_ref().map(|r| r.name.as_str())))
+        .collect();
+    mounted.extend(read.iter().filter_map(|n| observed.secret_digests.get(*n).cloned()));
     let mut missing = Vec::new();
     for (i, s) in spec.image_pull_secrets.iter().enumerate() {
         if !present.contains_key(&s.name) {

@@ -465,3 +465,32 @@ fn the_sign_in_secret_keeps_its_cookie_and_follows_the_credential() {
         None
     );
 }
+
+#[test]
+fn referenced_secrets_must_exist_and_a_rotated_key_rolls_the_pods() {
+    let inst = instance(serde_json::json!({
+        "imagePullSecrets": [{"name": "pull"}],
+        "env": [{"name": "OPENROUTER_API_KEY", "secretKeyRef": {"name": "keys", "key": "openrouter"}}],
+        "vllm": [{"name": "big", "url": "http://vllm.models.svc:8000", "apiKeySecret": {"name": "keys", "key": "vllm"}}]
+    }));
+    let settings = Settings::default();
+    let mut obs = observed();
+    let refused = validate(&obs, &inst, &settings, Vec::new()).unwrap_err();
+    assert_eq!(refused.reason, Blocked::SecretReferenceMissing);
+    assert!(refused.message.contains("spec.imagePullSecrets[0]") && refused.message.contains("spec.env[0]"));
+    let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<std::collections::BTreeSet<_>>();
+    obs.secrets_present.insert("pull".into(), keys(&[".dockerconfigjson"]));
+    obs.secrets_present.insert("keys".into(), keys(&["openrouter"]));
+    let refused = validate(&obs, &inst, &settings, Vec::new()).unwrap_err();
+    assert_eq!(refused.reason, Blocked::SecretReferenceMissing);
+    assert!(refused.message.contains("spec.vllm[0].apiKeySecret") && refused.message.contains("no such key"));
+    obs.secrets_present.insert("keys".into(), keys(&["openrouter", "vllm"]));
+    obs.secret_digests.insert("keys".into(), "digest-1".into());
+    obs.secret_digests.insert("pull".into(), "pull-digest".into());
+    let valid = validate(&obs, &inst, &settings, Vec::new()).expect("valid");
+    assert!(valid.mounted.contains(&"digest-1".to_string()), "the key Secret's digest rolls the pods");
+    assert!(!valid.mounted.contains(&"pull-digest".to_string()), "a pull secret does not");
+    obs.secret_digests.insert("keys".into(), "digest-2".into());
+    let rotated = validate(&obs, &inst, &settings, Vec::new()).expect("valid");
+    assert_ne!(valid.mounted, rotated.mounted);
+}
