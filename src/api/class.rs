@@ -156,7 +156,7 @@ impl Mode {
 pub struct WorkloadPolicy {
     /// Requests and limits for instances that set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub defaults: Option<ResourceDefaults>,
+    pub defaults: Option<super::ResourceLists>,
     /// The most an instance may request or limit, by resource. cpu and memory
     /// not named here are not capped; an extended resource (a GPU) not named
     /// here may not be asked for at all.
@@ -176,24 +176,6 @@ pub struct WorkloadPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub runtime_class_name: Option<String>,
-}
-
-/// Default requests and limits, by resource.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = Rule::new(REQUESTS_RULE)
-        .message("defaults.requests: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 500m or 1Gi"),
-    validation = Rule::new(LIMITS_RULE)
-        .message("defaults.limits: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 2 or 4Gi"),
-)]
-pub struct ResourceDefaults {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
-    pub requests: ResourceMap,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 16), inner(length(max = 32)))]
-    pub limits: ResourceMap,
 }
 
 /// Storage limits of a class.

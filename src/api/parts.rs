@@ -366,14 +366,15 @@ pub struct EnvFromSecret {
     pub secret_key_ref: SecretKeyRef,
 }
 
-/// Requests and limits by resource name, extended resources included.
+/// Requests and limits by resource name, extended resources included
+/// (spec.ollama.resources, and a class's defaults).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new(REQUESTS_RULE)
-        .message("spec.ollama.resources.requests: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 500m, 8Gi or 1"),
+        .message("requests: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 500m, 8Gi or 1"),
     validation = Rule::new(LIMITS_RULE)
-        .message("spec.ollama.resources.limits: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 4, 16Gi or 1"),
+        .message("limits: every key must be a resource name (cpu, memory, nvidia.com/gpu) and every value a Kubernetes quantity such as 4, 16Gi or 1"),
 )]
 pub struct ResourceLists {
     /// What the scheduler reserves, by resource.

@@ -214,20 +214,14 @@ pub fn apply(
             r
         }
     };
-    let extended = ResourceLists {
-        requests: defaults
-            .requests
-            .iter()
+    // cpu and memory went into `resources`; the rest (GPUs) rides along.
+    let beyond = |map: &ResourceMap| -> ResourceMap {
+        map.iter()
             .filter(|(k, _)| !matches!(k.as_str(), "cpu" | "memory"))
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        limits: defaults
-            .limits
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "cpu" | "memory"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+            .collect()
     };
+    let extended = ResourceLists { requests: beyond(&defaults.requests), limits: beyond(&defaults.limits) };
     let mut all = extended.clone();
     for (kind, amounts) in [("requests", &resources.requests), ("limits", &resources.limits)] {
         let map = if kind == "requests" { &mut all.requests } else { &mut all.limits };
@@ -249,10 +243,7 @@ pub fn apply(
     if spec.ollama.enabled {
         let lists = match &spec.ollama.resources {
             Some(own) => own.clone(),
-            None => {
-                let d = ollama.defaults.clone().unwrap_or_default();
-                ResourceLists { requests: d.requests, limits: d.limits }
-            }
+            None => ollama.defaults.clone().unwrap_or_default(),
         };
         cap("spec.ollama.resources", &lists, &ollama, &format!("{of} (ollama.max)"), &mut exceeds);
         effective.ollama.resources = (!lists.requests.is_empty() || !lists.limits.is_empty()).then_some(lists);
