@@ -88,6 +88,8 @@ pub struct Workload {
     pub stopped: bool,
     /// Stopped for idleness (not by spec.stopped): how to start it again.
     pub idle_message: Option<String>,
+    /// Why the rollout does not finish, when the pods say.
+    pub diagnosis: Option<crate::reconcile::diagnose::Diagnosis>,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
@@ -111,6 +113,12 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
             observed.available_replicas.min(observed.updated_replicas),
             observed.desired_replicas
         );
+        if let Some(d) = &observed.diagnosis {
+            // Past the Deployment's progress deadline the rollout is Stalled,
+            // and a Stalled instance is Failed (as after exhausted helm retries).
+            let phase = if d.stalled { Phase::Failed } else { Phase::Deploying };
+            return (phase, url, Desired::new(READY, false, d.reason.as_str(), d.message.clone()));
+        }
         return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
     }
     let mut message = match &url {
@@ -154,6 +162,25 @@ pub fn progress(err: &crate::reconcile::error::Error) -> Vec<Desired> {
 }
 
 /// kstatus conditions for a reconcile that succeeded with `phase`.
+/// Reconciling and Stalled for an applied instance; `stalled` says why its
+/// rollout stopped progressing (the Deployment's deadline passed). Stalled
+/// then comes with Reconciling False, as kstatus readers expect of a stall.
+pub fn progress_applied(phase: Phase, stalled: Option<String>) -> Vec<Desired> {
+    const REASON: &str = "ProgressDeadlineExceeded";
+    match stalled {
+        Some(why) => vec![
+            Desired::new(
+                RECONCILING,
+                false,
+                REASON,
+                "the Deployment reports no progress within its deadline; the pods are still read while it is not available, and the instance turns Running once they are ready",
+            ),
+            Desired::new(STALLED, true, REASON, why),
+        ],
+        None => progress_ok(phase),
+    }
+}
+
 pub fn progress_ok(phase: Phase) -> Vec<Desired> {
     let (reconciling, message) = match phase {
         Phase::Running => (false, "the release is applied and the Deployment is available"),
@@ -239,10 +266,43 @@ mod tests {
             exposure: "Route",
             stopped: false,
             idle_message: None,
+            diagnosis: None,
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));
         assert!(ready.message.contains("1/2"));
+        // What the pods say replaces the generic reason, and only while deploying.
+        let why = crate::reconcile::diagnose::Diagnosis {
+            reason: crate::reconcile::diagnose::Reason::ImagePullFailed,
+            message: "cannot pull".into(),
+            stalled: false,
+        };
+        let told = Workload { diagnosis: Some(why), ..o.clone() };
+        let (phase, _, ready) = workload_status(&told, &[]);
+        assert_eq!(
+            (phase, ready.reason.as_str(), ready.message.as_str()),
+            (Phase::Deploying, "ImagePullFailed", "cannot pull")
+        );
+        let stalled = progress_applied(phase, Some("deadline".into()));
+        assert_eq!(
+            stalled.iter().map(|c| (c.type_, c.status, c.reason.as_str())).collect::<Vec<_>>(),
+            [(RECONCILING, false, "ProgressDeadlineExceeded"), (STALLED, true, "ProgressDeadlineExceeded")]
+        );
+        assert!(!progress_applied(phase, None)[1].status);
+        let past_deadline = Workload {
+            diagnosis: Some(crate::reconcile::diagnose::Diagnosis {
+                reason: crate::reconcile::diagnose::Reason::ProgressDeadlineExceeded,
+                message: "stopped".into(),
+                stalled: true,
+            }),
+            ..o.clone()
+        };
+        let (phase, _, ready) = workload_status(&past_deadline, &[]);
+        assert_eq!(
+            (phase, ready.status, ready.reason.as_str()),
+            (Phase::Failed, false, "ProgressDeadlineExceeded"),
+            "a stalled rollout is Failed, as a stalled helm run is"
+        );
         let stopped = Workload { stopped: true, admitted_host: Some("dev.apps.example.com".into()), ..o.clone() };
         let (phase, url, ready) = workload_status(&stopped, &[]);
         assert_eq!(

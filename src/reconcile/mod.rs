@@ -17,6 +17,7 @@ pub mod calls;
 pub mod cleanup;
 pub mod condition_types;
 pub mod conditions;
+pub mod diagnose;
 pub mod discover;
 pub mod error;
 pub mod execute;
@@ -61,6 +62,15 @@ pub use stores::PART_OF_SELECTOR;
 
 const RESYNC_RUNNING: Duration = Duration::from_secs(300);
 const RESYNC_DEPLOYING: Duration = Duration::from_secs(30);
+/// While status names why a rollout does not finish: the pods' changes
+/// (pulled at last, a volume bound) do not touch the Deployment, so no watch
+/// event says the cause is gone or has changed.
+const RESYNC_DIAGNOSED: Duration = Duration::from_secs(15);
+/// Most server pods read for a diagnosis: one instance runs few, and more
+/// (pods a tenant labelled alike) add nothing to it.
+const DIAGNOSIS_PODS: u32 = 20;
+/// How long the reads for a diagnosis may take before status goes without one.
+const DIAGNOSIS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Shared state of all reconcile workers.
 pub struct Context {
@@ -367,7 +377,15 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         }
         None => observed.deployment.clone(),
     };
-    let st = status::applied(inst, &plan, &outcome, deployment.as_deref(), &now());
+    let mut st = status::applied(inst, &plan, &outcome, deployment.as_deref(), None, &now());
+    let mut diagnosed = false;
+    if st.phase == Some(Phase::Deploying) {
+        // Only a rollout that has not finished costs pod reads: say why.
+        if let Some(d) = diagnose_rollout(ctx, inst, deployment.as_deref()).await {
+            st = status::applied(inst, &plan, &outcome, deployment.as_deref(), Some(&d), &now());
+            diagnosed = true;
+        }
+    }
     let phase = st.phase.unwrap_or(Phase::Deploying);
     let before = inst.status.as_ref().and_then(|s| s.phase);
     if before != Some(Phase::Running) && phase == Phase::Running {
@@ -400,7 +418,57 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     let settled = matches!(phase, Phase::Running | Phase::Stopped);
-    Ok(Action::requeue(if settled { RESYNC_RUNNING } else { RESYNC_DEPLOYING }))
+    Ok(Action::requeue(match (settled, diagnosed) {
+        (true, _) => RESYNC_RUNNING,
+        (false, true) => RESYNC_DIAGNOSED,
+        (false, false) => RESYNC_DEPLOYING,
+    }))
+}
+
+/// Why the instance's rollout has not finished: its server pods (one list,
+/// by the chart's selector) and, when the scheduler blames their volumes,
+/// the instance's own data PVCs, read in its namespace through the
+/// operator's `admin` grant there (no cluster-wide pod access). A failed or
+/// slow read is never an error: it leaves what the Deployment says, or no
+/// diagnosis (status says Deploying).
+async fn diagnose_rollout(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
+) -> Option<diagnose::Diagnosis> {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    let ns = inst.namespace()?;
+    let name = inst.name_any();
+    let reads = async {
+        let params = kube::api::ListParams::default().labels(&diagnose::server_selector(&name)).limit(DIAGNOSIS_PODS);
+        let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns).list(&params).await?.items;
+        // Only the claims the chart makes for this instance: a pod naming
+        // another (one a tenant labelled alike) gets no read.
+        let owned = [crate::render::naming::data_pvc(&name), crate::render::naming::projects_pvc(&name)];
+        let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns);
+        let mut pvcs = Vec::new();
+        for claim in diagnose::claims_in_question(&pods).iter().filter(|c| owned.contains(c)) {
+            // A claim that cannot be read leaves the scheduler's own words.
+            if let Ok(Some(pvc)) = api.get_opt(claim).await {
+                pvcs.push(pvc);
+            }
+        }
+        Ok::<_, kube::Error>((pods, pvcs))
+    };
+    // Without the pods, the Deployment's own conditions still tell a refusal
+    // or a passed deadline.
+    let (pods, pvcs) = match tokio::time::timeout(DIAGNOSIS_TIMEOUT, reads).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "could not read the pods for a diagnosis");
+            Default::default()
+        }
+        Err(_) => {
+            tracing::debug!("reading the pods for a diagnosis timed out");
+            Default::default()
+        }
+    };
+    diagnose::diagnose(&pods, &pvcs, deployment, ctx.settings.platform.cli())
 }
 
 /// The `namespace/name` an instance is known by in metrics and in

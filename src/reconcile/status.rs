@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use crate::api::{Phase, TinycodeInstance, TinycodeInstanceStatus};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, Desired, Workload};
+use crate::reconcile::diagnose::Diagnosis;
 use crate::reconcile::execute::Outcome;
 use crate::reconcile::plan::{Exposure, Plan};
 use crate::render::{ingress, naming, route};
@@ -19,16 +20,18 @@ pub fn applied(
     plan: &Plan,
     outcome: &Outcome,
     deployment: Option<&Deployment>,
+    diagnosis: Option<&Diagnosis>,
     now: &str,
 ) -> TinycodeInstanceStatus {
-    let (workload, exposure_condition) = workload(plan, outcome, deployment);
+    let (mut workload, exposure_condition) = workload(plan, outcome, deployment);
+    workload.diagnosis = diagnosis.cloned();
     let (phase, url, ready) = conditions::workload_status(&workload, &plan.warnings);
     let generation = inst.metadata.generation;
     let prev = inst.status.clone().unwrap_or_default();
     let desired: Vec<Desired> = std::iter::once(ready)
         .chain(plan.conditions.iter().cloned())
         .chain(exposure_condition)
-        .chain(conditions::progress_ok(phase))
+        .chain(conditions::progress_applied(phase, diagnosis.and_then(Diagnosis::stalled_message)))
         .collect();
     TinycodeInstanceStatus {
         phase: Some(phase),
@@ -81,6 +84,7 @@ fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> 
         exposure,
         stopped: plan.values.stopped,
         idle_message: plan.idle.stopped.then(|| plan.idle.status.as_ref().map(|s| s.message.clone())).flatten(),
+        diagnosis: None,
     };
     (workload, condition)
 }
@@ -221,7 +225,7 @@ mod tests {
             ("no Deployment", None, Phase::Deploying, Some("https://dev.apps.example.com")),
         ];
         for (case, d, phase, url) in cases {
-            let st = applied(&inst, &plan, &outcome, d.as_ref(), "2026-12-02T00:00:00Z");
+            let st = applied(&inst, &plan, &outcome, d.as_ref(), None, "2026-12-02T00:00:00Z");
             assert_eq!(st.phase, Some(phase), "{case}");
             assert_eq!(
                 st.url.as_deref(),
@@ -235,6 +239,45 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_diagnosis_names_the_cause_and_a_passed_deadline_stalls() {
+        use crate::reconcile::diagnose::{Diagnosis, Reason};
+        let inst = instance(serde_json::json!({}));
+        let plan = plan_for(&inst, &observed());
+        let outcome = Outcome { revision: 1, route: None, ingress: None };
+        let shape = |st: &TinycodeInstanceStatus| {
+            let get = |t: &str| {
+                let c = st.conditions.iter().find(|c| c.type_ == t).unwrap();
+                (c.status.clone(), c.reason.clone())
+            };
+            (st.phase, get(conditions::READY), get(conditions::RECONCILING), get(conditions::STALLED))
+        };
+        let s = |status: &str, reason: &str| (status.to_string(), reason.to_string());
+        let mut d = Diagnosis { reason: Reason::CrashLoop, message: "container tinycode ...".into(), stalled: false };
+        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), Some(&d), "t");
+        assert_eq!(
+            shape(&st),
+            (Some(Phase::Deploying), s("False", "CrashLoop"), s("True", "Progressing"), s("False", "Progressing"))
+        );
+        d.stalled = true;
+        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), Some(&d), "t");
+        assert_eq!(
+            shape(&st),
+            (
+                Some(Phase::Failed),
+                s("False", "CrashLoop"),
+                s("False", "ProgressDeadlineExceeded"),
+                s("True", "ProgressDeadlineExceeded")
+            )
+        );
+        let stalled = st.conditions.iter().find(|c| c.type_ == conditions::STALLED).unwrap();
+        assert!(
+            stalled.message.contains("stopped making progress") && stalled.message.contains("container tinycode"),
+            "{}",
+            stalled.message
+        );
+    }
+
     fn plan_tls(plan: &Plan) -> bool {
         matches!(&plan.exposure, Exposure::Route { apply: Some(r), .. } if r.spec.tls.is_some())
     }
@@ -244,9 +287,9 @@ mod tests {
         let mut inst = instance(serde_json::json!({}));
         let plan = plan_for(&inst, &observed());
         let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
-        let first = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), "2026-12-02T00:00:00Z");
+        let first = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, "2026-12-02T00:00:00Z");
         inst.status = Some(first.clone());
-        let later = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), "2026-12-02T01:00:00Z");
+        let later = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, "2026-12-02T01:00:00Z");
         assert_eq!(later, first, "transition times are kept");
     }
 

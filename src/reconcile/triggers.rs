@@ -141,12 +141,18 @@ pub fn hash_namespace<K: Resource>(ns: &K) -> u64 {
     h.finish()
 }
 
-/// Deployments: metadata plus the rollout figures the status reports.
+/// Deployments: metadata plus the rollout figures the status reports, and
+/// which conditions hold (a refused pod, a passed progress deadline: what
+/// the diagnosis reads). Their messages and times are left out: they change
+/// while the condition stays what it was.
 pub fn hash_deployment(d: &Deployment) -> u64 {
     let mut h = DefaultHasher::new();
     meta_hash(&d.metadata, &mut h);
     if let Some(s) = &d.status {
         (s.observed_generation, s.available_replicas, s.updated_replicas, s.replicas).hash(&mut h);
+        for c in s.conditions.iter().flatten() {
+            (&c.type_, &c.status, &c.reason).hash(&mut h);
+        }
     }
     h.finish()
 }
@@ -220,6 +226,19 @@ mod tests {
         let mut labelled = inst;
         labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert_ne!(hash_instance(&labelled), base);
+    }
+
+    #[test]
+    fn a_deployment_wakes_its_instance_when_a_condition_turns_not_when_its_words_do() {
+        let deployment = |status: &str, reason: &str, message: &str| -> Deployment {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "dev-tinycode"},
+                "status": {"conditions": [{"type": "Progressing", "status": status, "reason": reason,
+                    "message": message, "lastUpdateTime": "2026-12-02T00:00:00Z"}]}}))
+            .unwrap()
+        };
+        let progressing = hash_deployment(&deployment("True", "ReplicaSetUpdated", "a"));
+        assert_eq!(hash_deployment(&deployment("True", "ReplicaSetUpdated", "b")), progressing);
+        assert_ne!(hash_deployment(&deployment("False", "ProgressDeadlineExceeded", "a")), progressing);
     }
 
     #[test]
