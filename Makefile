@@ -76,6 +76,7 @@ run-local: ## Local control plane + operator in the foreground + the basic sampl
 .PHONY: stop-local
 stop-local: ## Stop the local control plane
 	hack/local-cluster.sh stop
+	hack/local-cluster.sh stop --node
 
 .PHONY: image
 image: ## Build the operator image without a daemon: target/image/tinycode-operator-$(VERSION).oci.tar (buildah, mmdebstrap)

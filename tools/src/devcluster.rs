@@ -192,13 +192,22 @@ async fn install_leader_election_rbac(client: &Client) -> Result<(), BoxError> {
 /// from the roles its selectors match.
 pub async fn aggregate_cluster_roles(client: &Client) -> Result<(), BoxError> {
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    roles.patch(ROUTES_ADMIN_ROLE, &pp(), &Patch::Apply(manifest(&routes_admin_role()))).await?;
+    install_routes_admin_role(client).await?;
     let mut all = roles.list(&Default::default()).await?.items;
     aggregate(&mut all);
     for role in all.iter().filter(|r| r.aggregation_rule.is_some()) {
         let name = role.metadata.name.clone().unwrap_or_default();
         roles.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"rules": role.rules}))).await?;
     }
+    Ok(())
+}
+
+/// The Route rules OpenShift gives `admin` and `edit`, as a ClusterRole that
+/// aggregates into them: on a cluster with a controller-manager (the local
+/// node) the real aggregation adds them.
+pub async fn install_routes_admin_role(client: &Client) -> Result<(), BoxError> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles.patch(ROUTES_ADMIN_ROLE, &pp(), &Patch::Apply(manifest(&routes_admin_role()))).await?;
     Ok(())
 }
 

@@ -42,12 +42,24 @@ enum Cmd {
         #[arg(long)]
         operator_kubeconfig: PathBuf,
     },
+    /// Install only the Route and SCC APIs (the OpenShift stand-ins of a local cluster) and
+    /// the Route rules OpenShift aggregates into `admin` and `edit`, as `setup` does;
+    /// hack/install.sh then installs the operator as on OpenShift.
+    OpenshiftApis {
+        /// Directory with the real OpenShift CRD schemas (else the operator's stand-ins are used).
+        #[arg(long)]
+        openshift_crds: Option<PathBuf>,
+    },
     /// Play the kubelet and the router or ingress controller: report tinycode Deployments
     /// available, admit their Routes, publish an address for their Ingresses.
     Simulate {
         /// Domain for admitted Route hosts.
         #[arg(long, default_value = "apps.local.test")]
         domain: String,
+        /// A real node runs the pods (hack/local-cluster.sh --node): leave Deployments to
+        /// it and play only the router and ingress controller.
+        #[arg(long)]
+        no_kubelet: bool,
     },
     /// Write the OLM bundle (CSV, CRD, metadata, bundle.Dockerfile) generated from the code.
     Bundle {
@@ -74,12 +86,24 @@ async fn main() -> ExitCode {
                 );
             })
         }
-        Cmd::Simulate { domain } => {
+        Cmd::OpenshiftApis { openshift_crds } => {
+            if local_kubeconfig().is_none() {
+                return ExitCode::from(2);
+            }
+            match Client::try_default().await {
+                Ok(client) => match devcluster::install_openshift_apis(&client, openshift_crds.as_deref()).await {
+                    Ok(()) => devcluster::install_routes_admin_role(&client).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e.into()),
+            }
+        }
+        Cmd::Simulate { domain, no_kubelet } => {
             // Never a cluster picked up from ~/.kube/config: simulate writes status.
             if local_kubeconfig().is_none() {
                 return ExitCode::from(2);
             }
-            simulate(&domain).await
+            simulate(&domain, !no_kubelet).await
         }
         Cmd::Bundle { out, image } => return tinycode_tools::bundle::command(&out, image.as_deref()),
     };
@@ -135,16 +159,16 @@ enum Seen {
 /// Watches, not polling: a LIST of every Deployment each second cost the
 /// apiserver and this process about 0.09 CPU seconds per second at 200
 /// instances, CPU the benchmark's operator and helm then did not get.
-async fn simulate(domain: &str) -> Result<(), BoxError> {
+async fn simulate(domain: &str, kubelet: bool) -> Result<(), BoxError> {
     use futures::StreamExt;
     use kube::runtime::watcher;
 
     let client = Client::try_default().await?;
     let config = watcher::Config::default().labels("app.kubernetes.io/part-of=tinycode-operator");
-    let mut streams = vec![
-        watch(Api::<Deployment>::all(client.clone()), &config, |d| Seen::Deployment(Box::new(d))),
-        watch(Api::<Ingress>::all(client.clone()), &config, Seen::Ingress),
-    ];
+    let mut streams = vec![watch(Api::<Ingress>::all(client.clone()), &config, Seen::Ingress)];
+    if kubelet {
+        streams.push(watch(Api::<Deployment>::all(client.clone()), &config, |d| Seen::Deployment(Box::new(d))));
+    }
     // A plain Kubernetes has no Routes.
     if Api::<Route>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_ok() {
         streams.push(watch(Api::<Route>::all(client.clone()), &config, Seen::Route));

@@ -155,7 +155,8 @@ pub async fn k8s_ingress_class_tls_and_route_only_fields(env: &mut Env) -> TestR
 }
 
 /// A hostPath instance needs the tier approval and the privileged Pod
-/// Security level, both set by a cluster-admin; the operator sets neither.
+/// Security level, both set by a cluster-admin; the operator sets neither
+/// (prepare-namespace.sh enforces restricted where nothing was set).
 pub async fn k8s_hostpath_needs_both_labels(env: &mut Env) -> TestResult {
     let c = env.client().await;
     let ns = env.ns("k8s-hostpath");
@@ -180,8 +181,13 @@ pub async fn k8s_hostpath_needs_both_labels(env: &mut Env) -> TestResult {
     let m = failed("PodSecurityNotAllowed").await?;
     ensure(m.contains(&format!("kubectl label namespace {ns} pod-security.kubernetes.io/enforce=privileged")), m)?;
     let labels = env.kubectl(&["get", "namespace", &ns, "-o", "jsonpath={.metadata.labels}"])?;
-    ensure(!labels.contains("pod-security.kubernetes.io/enforce"), "the operator changed Pod Security labels")?;
-    env.kubectl(&["label", "namespace", &ns, "pod-security.kubernetes.io/enforce=privileged"])?;
+    // prepare-namespace.sh set restricted (no tier was approved then); the
+    // operator left it as it was.
+    ensure(
+        labels.contains(r#""pod-security.kubernetes.io/enforce":"restricted""#),
+        format!("the operator changed Pod Security labels: {labels}"),
+    )?;
+    env.kubectl(&["label", "--overwrite", "namespace", &ns, "pod-security.kubernetes.io/enforce=privileged"])?;
     let release = naming::release_name(&ns, "dev");
     wait_for("the release deployed", Duration::from_secs(60), || async {
         Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))

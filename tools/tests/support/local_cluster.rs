@@ -4,13 +4,17 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// Runs `hack/local-cluster.sh <cmd>`; its stdout. Panics when it fails.
+/// Runs `hack/local-cluster.sh <cmd>` (words split at spaces: `start --node`); its stdout. Panics when it fails.
 pub fn local_cluster(cmd: &str) -> String {
     // The repository root is one above this crate (tools/).
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository");
     let script = root.join("hack/local-cluster.sh");
-    let out =
-        Command::new("bash").arg(script).arg(cmd).stderr(Stdio::inherit()).output().expect("run hack/local-cluster.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(cmd.split_whitespace())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run hack/local-cluster.sh");
     assert!(out.status.success(), "hack/local-cluster.sh {cmd} failed (see above)");
     String::from_utf8(out.stdout).unwrap()
 }

@@ -1,0 +1,952 @@
+//! The product on a real node (hack/local-cluster.sh --node: kubelet,
+//! containerd and runc, kube-scheduler, kube-controller-manager, kube-proxy,
+//! CoreDNS, a local-path provisioner, kube-router's NetworkPolicy and a
+//! registry, in a network namespace of their own). Nothing here writes a
+//! Deployment's status: every pod is scheduled, pulled, started and probed by
+//! the real components, and each assertion reads what they did.
+//!
+//! The operator runs as a pod from the image `make image` built, pushed to
+//! the node's registry by `make push` and installed by hack/install.sh; the
+//! tinycode image is the stand-in of tools/standins (CONTAINER.md's contract),
+//! served under the samples' own image name. Scenarios run in order on one
+//! node (libtest-mimic, one at a time).
+
+#[path = "support/local_cluster.rs"]
+mod local_cluster;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use libtest_mimic::{Arguments, Failed, Trial};
+use local_cluster::{local_cluster, value_of};
+use serde_json::{Value, json};
+use tinycode_operator::api::TinycodeInstance;
+
+const OPERATOR_NS: &str = "tinycode-operator-system";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const PASSWORD: &str = "node-test password";
+const WAIT: Duration = Duration::from_secs(180);
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ lies in the repository").to_path_buf()
+}
+
+struct Node {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    helm: PathBuf,
+    registry: String,
+    standin_image: String,
+    metadata_url: String,
+    private_image: String,
+    private_auth: PathBuf,
+}
+
+static NODE: OnceLock<Node> = OnceLock::new();
+
+fn node() -> &'static Node {
+    NODE.get_or_init(|| {
+        let tools = local_cluster("tools --node");
+        let started = local_cluster("start --node");
+        Node {
+            kubeconfig: value_of(&started, "export KUBECONFIG="),
+            kubectl: value_of(&tools, "TINYCODE_KUBECTL="),
+            helm: value_of(&tools, "TINYCODE_HELM="),
+            registry: value_of(&started, "TINYCODE_NODE_REGISTRY=").display().to_string(),
+            standin_image: value_of(&started, "TINYCODE_STANDIN_IMAGE=").display().to_string(),
+            metadata_url: value_of(&started, "TINYCODE_METADATA_URL=").display().to_string(),
+            private_image: value_of(&started, "TINYCODE_PRIVATE_IMAGE=").display().to_string(),
+            private_auth: value_of(&started, "TINYCODE_PRIVATE_REGISTRY_AUTH="),
+        }
+    })
+}
+
+impl Node {
+    /// The image `make image` built, tagged with its digest: a node that
+    /// pulled an earlier build under the same tag would run that one
+    /// (IfNotPresent).
+    fn operator_image(&self) -> String {
+        static DIGEST: OnceLock<String> = OnceLock::new();
+        let digest = DIGEST.get_or_init(|| {
+            let out = Command::new(root().join("hack/image.sh")).arg("digest").output().expect("hack/image.sh digest");
+            assert!(out.status.success(), "hack/image.sh digest: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap().trim().trim_start_matches("sha256:")[..12].to_string()
+        });
+        format!("{}/tinycode-operator:{VERSION}-{digest}", self.registry)
+    }
+
+    async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("read the admin kubeconfig");
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("kubeconfig");
+        Client::try_from(config).expect("client")
+    }
+
+    fn script(&self, script: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+        let mut cmd = Command::new("bash");
+        cmd.arg(root().join("hack").join(script))
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECTL", &self.kubectl)
+            .env("HELM", &self.helm)
+            .env_remove("OPERATOR_IMAGE")
+            .env_remove("INSTALL_WAIT")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run the script");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "hack/{script} {args:?} failed:\n{text}");
+        text
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(&self.kubectl)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kubectl")
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Polls `check` until it returns Some, or panics with `what` after `limit`.
+async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn condition<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
+    conditions.iter().find(|c| c["type"] == kind)
+}
+
+fn pod_ready_since(pod: &Pod) -> Option<Time> {
+    let status = pod.status.as_ref()?;
+    let ready = status.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    ready.last_transition_time.clone()
+}
+
+/// The operator's image in the node's registry, installed by hack/install.sh,
+/// its pod Ready by its own probes.
+async fn install_operator(node: &Node) {
+    static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if INSTALLED.load(std::sync::atomic::Ordering::SeqCst) {
+        return; // by an earlier scenario of this run
+    }
+    let out = Command::new(root().join("hack/image.sh"))
+        .args(["push", &node.operator_image()])
+        .env("PUSH_TLS_VERIFY", "false")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "make push to the node's registry: {}", String::from_utf8_lossy(&out.stderr));
+    // install.sh waits for the rollout now that the cluster has a node.
+    let text = node.script("install.sh", &["--timeout", "180s"], &[("OPERATOR_IMAGE", &node.operator_image())]);
+    assert!(!text.contains("no nodes"), "install.sh found no node:\n{text}");
+    INSTALLED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn basic_instance(name: &str) -> Value {
+    let text = std::fs::read_to_string(root().join("config/samples/tinycode_v1alpha1_basic.yaml")).unwrap();
+    let mut v: Value = serde_yaml::from_str(&text).unwrap();
+    v["metadata"]["name"] = name.into();
+    // Small enough for a node on a 2-core machine.
+    v["spec"]["resources"] =
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}});
+    v["spec"]["storage"] = json!({"dataSize": "64Mi", "projectsSize": "64Mi"});
+    v
+}
+
+async fn fresh_namespace(node: &Node, ns: &str) {
+    let client = node.client().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(ns).await.unwrap().is_some() {
+        let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+        wait_for(&format!("namespace {ns} deleted"), WAIT, || {
+            let namespaces = namespaces.clone();
+            async move { namespaces.get_opt(ns).await.unwrap().is_none().then_some(()) }
+        })
+        .await;
+    }
+    node.kubectl_ok(&["create", "namespace", ns]);
+    let out = node.script("prepare-namespace.sh", &[ns, "--password-from-env"], &[("TINYCODE_PASSWORD", PASSWORD)]);
+    assert!(!out.contains(PASSWORD), "prepare-namespace.sh printed the password");
+}
+
+async fn apply_instance(client: &Client, ns: &str, instance: &Value) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+    let name = instance["metadata"]["name"].as_str().unwrap();
+    let mut obj = instance.clone();
+    obj["metadata"]["namespace"] = ns.into();
+    api.patch(name, &PatchParams::apply("node-test").force(), &Patch::Apply(&obj)).await.expect("apply the instance");
+}
+
+/// Waits until the instance is Running with its current generation, and
+/// returns its status.
+async fn wait_running(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+    wait_for(&format!("{ns}/{name} Running"), WAIT, || {
+        let api = api.clone();
+        async move {
+            let obj = api.get(name).await.ok()?;
+            let status = obj.data.get("status")?.clone();
+            let current = status["observedGeneration"].as_i64() == obj.metadata.generation;
+            (status["phase"] == "Running" && current).then_some(status)
+        }
+    })
+    .await
+}
+
+/// The instance's server pods (the chart's `server` component).
+async fn server_pods(client: &Client, ns: &str, name: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp =
+        ListParams::default().labels(&format!("app.kubernetes.io/instance={name},app.kubernetes.io/component=server"));
+    pods.list(&lp).await.unwrap().items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+}
+
+/// The instance's Service (the one with the `http` port 4096).
+async fn ui_service(client: &Client, ns: &str, name: &str) -> String {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
+    services
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|s| {
+            s.spec.as_ref().and_then(|s| s.ports.as_ref()).is_some_and(|ports| ports.iter().any(|p| p.port == 4096))
+        })
+        .and_then(|s| s.metadata.name)
+        .unwrap_or_else(|| panic!("no Service with port 4096 for {ns}/{name}"))
+}
+
+/// How long a client keeps trying: NetworkPolicy (kube-router) admits a new
+/// pod's address a moment after it starts, so "reachable" waits for that, and
+/// "unreachable" is said only after the same wait (not yet is not never).
+const ALLOWED: Duration = Duration::from_secs(25);
+const REFUSED: Duration = Duration::from_secs(12);
+
+/// Runs the stand-in client (`standin get`) in a pod of `ns` that passes Pod
+/// Security's restricted profile, trying for `retry_for` until an HTTP answer
+/// comes; its output (`status N` and the body, or `unreachable ...`).
+async fn get_from_pod(
+    node: &Node,
+    client: &Client,
+    ns: &str,
+    url: &str,
+    password: Option<&str>,
+    retry_for: Duration,
+) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = format!("client-{}", CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut args = vec![
+        "get".to_string(),
+        "-timeout".into(),
+        "3s".into(),
+        "-retry-for".into(),
+        format!("{}s", retry_for.as_secs()),
+    ];
+    if let Some(p) = password {
+        args.extend(["-password".to_string(), p.to_string()]);
+    }
+    args.push(url.to_string());
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "node-test-client"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1001, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "client", "image": node.standin_image,
+                "command": ["/usr/local/bin/standin"], "args": args,
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true},
+                "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}}
+            }]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.expect("create the client pod");
+    let phase = wait_for(&format!("client pod {ns}/{name} to finish"), WAIT, || {
+        let pods = pods.clone();
+        let name = name.clone();
+        async move {
+            let p = pods.get(&name).await.ok()?;
+            let phase = p.status?.phase?;
+            (phase == "Succeeded" || phase == "Failed").then_some(phase)
+        }
+    })
+    .await;
+    let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
+    let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
+    assert!(phase == "Succeeded" || logs.starts_with("unreachable"), "client pod {phase}: {logs}");
+    logs
+}
+
+static CLIENTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+// ---------------------------------------------------------------------------
+// scenarios
+// ---------------------------------------------------------------------------
+
+/// The operator as a pod: pulled from the node's registry, started by
+/// containerd, Ready by its probes, leader by its Lease.
+fn operator_runs_as_a_pod() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
+        let pod = wait_for("the manager pod Ready", WAIT, || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                list.items.into_iter().find(|p| pod_ready_since(p).is_some())
+            }
+        })
+        .await;
+        let spec = pod.spec.clone().unwrap();
+        assert_eq!(spec.containers[0].image.as_deref(), Some(node.operator_image().as_str()));
+        assert!(spec.containers[0].readiness_probe.is_some(), "the manager has a readiness probe");
+        let status = pod.status.unwrap();
+        let cs = &status.container_statuses.unwrap()[0];
+        assert!(cs.image_id.contains("sha256:"), "pulled by digest: {}", cs.image_id);
+        let lease =
+            node.kubectl_ok(&["get", "lease", "-n", OPERATOR_NS, "-o", "jsonpath={.items[*].spec.holderIdentity}"]);
+        assert!(lease.contains(pod.metadata.name.as_deref().unwrap()), "the pod holds the leader Lease: {lease:?}");
+    });
+    Ok(())
+}
+
+/// The basic sample: PVCs provisioned, the pod started and Ready by the
+/// kubelet's probes before status says Running; the UI answers through its
+/// Service with the password and refuses without; the containers run as
+/// 1001 with no capabilities and a read-only root.
+fn basic_instance_runs() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let ns = "node-basic";
+        fresh_namespace(node, ns).await;
+        apply_instance(&client, ns, &basic_instance("my-tinycode")).await;
+        let status = wait_running(&client, ns, "my-tinycode").await;
+
+        let pods = server_pods(&client, ns, "my-tinycode").await;
+        assert_eq!(pods.len(), 1, "one server pod");
+        let pod = &pods[0];
+        let ready_since = pod_ready_since(pod).expect("Running only with a Ready pod");
+        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+        let ready = condition(&conditions, "Ready").expect("a Ready condition");
+        let running_since: Time = serde_json::from_value(ready["lastTransitionTime"].clone()).unwrap();
+        assert!(
+            running_since.0 >= ready_since.0,
+            "status said Ready at {:?}, before the pod was Ready at {:?}",
+            running_since.0,
+            ready_since.0
+        );
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+        for pvc in pvcs.list(&ListParams::default()).await.unwrap() {
+            assert_eq!(pvc.status.and_then(|s| s.phase).as_deref(), Some("Bound"), "PVC bound by the provisioner");
+        }
+
+        let svc = ui_service(&client, ns, "my-tinycode").await;
+        let url = format!("http://{svc}.{ns}.svc.cluster.local:4096/");
+        let with = get_from_pod(node, &client, ns, &url, Some(PASSWORD), ALLOWED).await;
+        assert!(with.starts_with("status 200"), "with the password: {with}");
+        assert!(with.contains("<title>tinycode stand-in</title>"), "{with}");
+        let pod_name = pod.metadata.name.clone().unwrap();
+        assert!(with.contains(&pod_name), "the page names the pod that answered: {with}");
+        let without = get_from_pod(node, &client, ns, &url, None, ALLOWED).await;
+        assert!(without.starts_with("status 401"), "without the password: {without}");
+
+        // What the runtime granted the agent, read from the kernel inside it.
+        let self_report =
+            node.kubectl_ok(&["exec", "-n", ns, &pod_name, "-c", "tinycode", "--", "/usr/local/bin/standin", "self"]);
+        let me: Value = serde_json::from_str(&self_report).unwrap();
+        assert_eq!(me["uid"], 1001, "{me}");
+        assert_eq!(me["capEff"], "0000000000000000", "no capabilities: {me}");
+        assert_eq!(me["capPrm"], "0000000000000000", "{me}");
+        assert_eq!(me["noNewPrivs"], "1", "{me}");
+        assert_eq!(me["seccomp"], "2", "seccomp filter mode: {me}");
+        assert_eq!(me["rootWritable"], false, "read-only root: {me}");
+    });
+    Ok(())
+}
+
+/// Pod Security holds on the node: a tenant's privileged pod in a prepared
+/// namespace is refused at admission.
+fn tenant_privileged_pod_refused() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        let client = node.client().await;
+        let ns = "node-basic";
+        if Api::<Namespace>::all(client.clone()).get_opt(ns).await.unwrap().is_none() {
+            fresh_namespace(node, ns).await;
+        }
+        let labels = Api::<Namespace>::all(client.clone()).get(ns).await.unwrap().metadata.labels.unwrap_or_default();
+        let enforce = labels.get("pod-security.kubernetes.io/enforce").cloned();
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "wants-root"},
+            "spec": {"containers": [{"name": "c", "image": node.standin_image, "args": ["pause"],
+                "securityContext": {"privileged": true}}]}
+        }))
+        .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let err = pods.create(&PostParams::default(), &pod).await;
+        let _ = pods.delete("wants-root", &DeleteParams::default().grace_period(0)).await;
+        match err {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 403, "{e:?}");
+                assert!(e.message.contains("violates PodSecurity"), "{e:?}");
+            }
+            other => panic!("a privileged pod was admitted (enforce={enforce:?}): {other:?}"),
+        }
+    });
+    Ok(())
+}
+
+/// ClusterRole aggregation is the controller-manager's: a tenant bound to
+/// `admin` may manage TinycodeInstances (tinycode-user-role), one bound to
+/// `view` may read them only (tinycode-user-view-role).
+fn tenant_roles_aggregate() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let ns = "node-roles";
+        fresh_namespace(node, ns).await;
+        node.kubectl_ok(&["create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice", "-n", ns]);
+        node.kubectl_ok(&["create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob", "-n", ns]);
+        let can = |user: &str, verb: &str| {
+            let out = node.kubectl(&["auth", "can-i", verb, "tinycodeinstances.tinycode.dev", "-n", ns, "--as", user]);
+            String::from_utf8_lossy(&out.stdout).trim() == "yes"
+        };
+        // Aggregation runs in the background: wait for it.
+        wait_for("admin to aggregate tinycode-user-role", WAIT, || async { can("alice", "create").then_some(()) })
+            .await;
+        assert!(can("alice", "delete"), "admin may delete instances");
+        wait_for("view to aggregate tinycode-user-view-role", WAIT, || async { can("bob", "list").then_some(()) })
+            .await;
+        assert!(!can("bob", "create"), "view may not create instances");
+    });
+    Ok(())
+}
+
+/// A file written through the agent survives stop and start, an operator
+/// upgrade (another image, its pod replaced) and the instance deleted and
+/// created again (the data volumes are kept by default).
+fn data_survives_stop_start() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let ns = "node-basic";
+        if server_pods(&client, ns, "my-tinycode").await.is_empty() {
+            fresh_namespace(node, ns).await;
+            apply_instance(&client, ns, &basic_instance("my-tinycode")).await;
+        }
+        wait_running(&client, ns, "my-tinycode").await;
+        let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
+        let pod_name = pod.metadata.name.clone().unwrap();
+        let marker = format!("written at {:?}", std::time::SystemTime::now());
+        // Through the agent's own API, inside its pod (the workspace PVC).
+        let out = node.kubectl(&[
+            "exec",
+            "-n",
+            ns,
+            &pod_name,
+            "-c",
+            "tinycode",
+            "--",
+            "/usr/local/bin/standin",
+            "put-file",
+            "/projects/keep.txt",
+            &marker,
+        ]);
+        assert!(out.status.success(), "writing into the workspace: {}", String::from_utf8_lossy(&out.stderr));
+
+        let mut stopped = basic_instance("my-tinycode");
+        stopped["spec"]["stopped"] = true.into();
+        apply_instance(&client, ns, &stopped).await;
+        wait_for("the server pod gone", WAIT, || {
+            let client = client.clone();
+            async move { server_pods(&client, ns, "my-tinycode").await.is_empty().then_some(()) }
+        })
+        .await;
+        apply_instance(&client, ns, &basic_instance("my-tinycode")).await;
+        wait_running(&client, ns, "my-tinycode").await;
+        let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
+        let new_name = pod.metadata.name.clone().unwrap();
+        assert_ne!(new_name, pod_name, "a new pod after the start");
+        let read = node.kubectl_ok(&[
+            "exec",
+            "-n",
+            ns,
+            &new_name,
+            "-c",
+            "tinycode",
+            "--",
+            "/usr/local/bin/standin",
+            "cat",
+            "/projects/keep.txt",
+        ]);
+        assert_eq!(read, marker, "the workspace kept the file across stop and start");
+
+        // An operator upgrade: the same build under a new tag, installed over
+        // the running one.
+        let next = format!("{}-next", node.operator_image());
+        let out = Command::new(root().join("hack/image.sh"))
+            .args(["push", &next])
+            .env("PUSH_TLS_VERIFY", "false")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "push {next}: {}", String::from_utf8_lossy(&out.stderr));
+        node.script("install.sh", &["--timeout", "180s"], &[("OPERATOR_IMAGE", &next)]);
+        let operator = node.kubectl_ok(&[
+            "get",
+            "pods",
+            "-n",
+            OPERATOR_NS,
+            "-o",
+            "jsonpath={range .items[*]}{.spec.containers[0].image} {.status.phase}{\"\\n\"}{end}",
+        ]);
+        assert!(operator.lines().any(|l| l == format!("{next} Running")), "the upgraded operator runs: {operator}");
+        wait_running(&client, ns, "my-tinycode").await;
+        let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
+        let name = pod.metadata.name.clone().unwrap();
+        let read = node.kubectl_ok(&[
+            "exec",
+            "-n",
+            ns,
+            &name,
+            "-c",
+            "tinycode",
+            "--",
+            "/usr/local/bin/standin",
+            "cat",
+            "/projects/keep.txt",
+        ]);
+        assert_eq!(read, marker, "the workspace kept the file across an operator upgrade");
+
+        // Deleted and created again: the PVCs stay and are used again.
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        api.delete("my-tinycode", &DeleteParams::default()).await.unwrap();
+        wait_for("the instance gone", WAIT, || {
+            let api = api.clone();
+            async move { api.get_opt("my-tinycode").await.unwrap().is_none().then_some(()) }
+        })
+        .await;
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+        assert!(!pvcs.list(&ListParams::default()).await.unwrap().items.is_empty(), "the data volumes were kept");
+        apply_instance(&client, ns, &basic_instance("my-tinycode")).await;
+        wait_running(&client, ns, "my-tinycode").await;
+        let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
+        let name = pod.metadata.name.clone().unwrap();
+        let read = node.kubectl_ok(&[
+            "exec",
+            "-n",
+            ns,
+            &name,
+            "-c",
+            "tinycode",
+            "--",
+            "/usr/local/bin/standin",
+            "cat",
+            "/projects/keep.txt",
+        ]);
+        assert_eq!(read, marker, "the re-created instance found the file on its kept volume");
+    });
+    Ok(())
+}
+
+/// NetworkPolicy is enforced: a pod of another namespace does not reach the
+/// instance's UI, while one in the instance's namespace does.
+fn network_policy_enforced() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let ns = "node-basic";
+        if server_pods(&client, ns, "my-tinycode").await.is_empty() {
+            fresh_namespace(node, ns).await;
+            apply_instance(&client, ns, &basic_instance("my-tinycode")).await;
+        }
+        wait_running(&client, ns, "my-tinycode").await;
+        let svc = ui_service(&client, ns, "my-tinycode").await;
+        let url = format!("http://{svc}.{ns}.svc.cluster.local:4096/global/health");
+        let inside = get_from_pod(node, &client, ns, &url, None, ALLOWED).await;
+        assert!(inside.starts_with("status 200"), "from the instance's namespace: {inside}");
+        let other = "node-other";
+        if Api::<Namespace>::all(client.clone()).get_opt(other).await.unwrap().is_none() {
+            node.kubectl_ok(&["create", "namespace", other]);
+        }
+        let outside = get_from_pod(node, &client, other, &url, None, REFUSED).await;
+        assert!(outside.starts_with("unreachable"), "from another namespace: {outside}");
+
+        // Egress: the metadata stand-in answers a pod that no policy holds,
+        // and not the instance (its policy excludes link-local addresses).
+        let metadata = &node.metadata_url;
+        let control = get_from_pod(node, &client, other, metadata, None, ALLOWED).await;
+        assert!(control.contains("metadata stand-in"), "the stand-in answers unconfined pods: {control}");
+        let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
+        let out = node.kubectl(&[
+            "exec",
+            "-n",
+            ns,
+            pod.metadata.name.as_deref().unwrap(),
+            "-c",
+            "tinycode",
+            "--",
+            "/usr/local/bin/standin",
+            "get",
+            "-timeout",
+            "2s",
+            "-retry-for",
+            "8s",
+            metadata,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("unreachable"), "the instance reached the metadata address: {text}");
+    });
+    Ok(())
+}
+
+/// The operator's namespace admits what its NetworkPolicy says: the metrics
+/// port from the monitoring namespace only, the health port from no pod.
+fn operator_network_policy_enforced() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
+        let pod = wait_for("the manager pod Ready", WAIT, || {
+            let pods = pods.clone();
+            async move {
+                pods.list(&ListParams::default()).await.ok()?.items.into_iter().find(|p| pod_ready_since(p).is_some())
+            }
+        })
+        .await;
+        let ip = pod.status.and_then(|s| s.pod_ip).expect("the manager pod's address");
+        for ns in ["monitoring", "node-other"] {
+            if Api::<Namespace>::all(client.clone()).get_opt(ns).await.unwrap().is_none() {
+                node.kubectl_ok(&["create", "namespace", ns]);
+            }
+        }
+        let metrics = format!("http://{ip}:8383/metrics");
+        let health = format!("http://{ip}:8081/healthz");
+        let scrape = get_from_pod(node, &client, "monitoring", &metrics, None, ALLOWED).await;
+        assert!(scrape.starts_with("status "), "monitoring reaches the metrics port: {scrape}");
+        let probe = get_from_pod(node, &client, "monitoring", &health, None, REFUSED).await;
+        assert!(probe.starts_with("unreachable"), "no pod reaches the health port: {probe}");
+        let tenant = get_from_pod(node, &client, "node-other", &metrics, None, REFUSED).await;
+        assert!(tenant.starts_with("unreachable"), "a tenant's pod reached the metrics port: {tenant}");
+    });
+    Ok(())
+}
+
+/// The README's first command, both platforms: `make run-local` on the node
+/// ends with the sample Running and its URL.
+fn run_local_main_job() -> Result<(), Failed> {
+    for platform in ["kubernetes", "openshift"] {
+        let out = Command::new("bash")
+            .arg(root().join("hack/run-local.sh"))
+            .env("RUN_LOCAL_EXIT", "1")
+            .env("PLATFORM", platform)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "run-local ({platform}) failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url =
+            stdout.lines().find_map(|l| l.strip_prefix("URL: ")).unwrap_or_else(|| panic!("no URL line: {stdout}"));
+        let expected = if platform == "kubernetes" { "my-tinycode.local.test" } else { "apps.local.test" };
+        assert!(url.contains(expected), "{platform}: {url}");
+        assert!(stdout.contains("Ready=True (Available)"), "{stdout}");
+    }
+    Ok(())
+}
+
+/// The instance's Ready condition once its reason is `reason`.
+async fn wait_reason(client: &Client, ns: &str, name: &str, reason: &str) -> Value {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+    wait_for(&format!("{ns}/{name} Ready reason {reason}"), WAIT, || {
+        let api = api.clone();
+        async move {
+            let obj = api.get(name).await.ok()?;
+            let conditions = obj.data.get("status")?.get("conditions")?.as_array()?.clone();
+            let ready = condition(&conditions, "Ready")?.clone();
+            (ready["reason"] == reason).then_some(ready)
+        }
+    })
+    .await
+}
+
+/// A private registry: an instance naming the pull Secret starts, one without
+/// it says ImagePullFailed, naming the image and that no pull secret was used.
+fn pull_secrets() -> Result<(), Failed> {
+    rt().block_on(async {
+        use base64::Engine;
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        // The cluster-admin allows the registry (the operator's setting).
+        let registry = node.private_image.split('/').next().unwrap().to_string();
+        node.kubectl_ok(&[
+            "set",
+            "env",
+            "-n",
+            OPERATOR_NS,
+            "deployment/tinycode-operator-manager",
+            &format!("TINYCODE_ALLOWED_REGISTRIES=quay.io,ghcr.io,{registry}"),
+        ]);
+        node.kubectl_ok(&[
+            "rollout",
+            "status",
+            "-n",
+            OPERATOR_NS,
+            "deployment/tinycode-operator-manager",
+            "--timeout=180s",
+        ]);
+
+        let ns = "node-private";
+        fresh_namespace(node, ns).await;
+        let auth = std::fs::read_to_string(&node.private_auth).unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let config = json!({"auths": {registry.clone(): {"auth": b64.encode(auth.trim())}}});
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "private-registry"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": b64.encode(config.to_string())}
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+
+        let mut with = basic_instance("with-secret");
+        with["spec"]["image"] = node.private_image.clone().into();
+        with["spec"]["imagePullSecrets"] = json!([{"name": "private-registry"}]);
+        apply_instance(&client, ns, &with).await;
+        let mut without = basic_instance("without-secret");
+        without["spec"]["image"] = node.private_image.clone().into();
+        apply_instance(&client, ns, &without).await;
+
+        wait_running(&client, ns, "with-secret").await;
+        let ready = wait_reason(&client, ns, "without-secret", "ImagePullFailed").await;
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&node.private_image), "the message names the image: {message}");
+        assert!(message.contains("pull secret"), "the message says no pull secret was used: {message}");
+        let status = &ready["status"];
+        assert_eq!(status, "False", "{ready}");
+    });
+    Ok(())
+}
+
+/// Status names what keeps a pod from running, each produced for real on the
+/// node: a crash loop, no node matching, a volume that cannot be provisioned,
+/// a ResourceQuota that forbids the pod (image pulls: `pull_secrets`).
+fn status_names_pod_failures() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let ns = "node-failures";
+        fresh_namespace(node, ns).await;
+        let mut crash = basic_instance("crash");
+        crash["spec"]["image"] = "quay.io/bjohns/tinycode-container:crash".into();
+        let mut nowhere = basic_instance("nowhere");
+        nowhere["spec"]["nodeSelector"] = json!({"tinycode.dev/no-such-node": "true"});
+        let mut novolume = basic_instance("novolume");
+        novolume["spec"]["storage"]["storageClassName"] = "no-such-class".into();
+        for i in [&crash, &nowhere, &novolume] {
+            apply_instance(&client, ns, i).await;
+        }
+        let quota_ns = "node-quota";
+        fresh_namespace(node, quota_ns).await;
+        node.kubectl_ok(&["create", "quota", "no-pods", "--hard=pods=0", "-n", quota_ns]);
+        apply_instance(&client, quota_ns, &basic_instance("quota")).await;
+
+        let r = wait_reason(&client, ns, "crash", "CrashLoop").await;
+        let m = r["message"].as_str().unwrap_or_default();
+        assert!(m.contains("container tinycode") && m.contains("exited with code 1"), "{m}");
+        let r = wait_reason(&client, ns, "nowhere", "PodUnschedulable").await;
+        let m = r["message"].as_str().unwrap_or_default();
+        assert!(m.contains("node(s) didn't match"), "the scheduler's words: {m}");
+        let r = wait_reason(&client, ns, "novolume", "VolumeNotBound").await;
+        let m = r["message"].as_str().unwrap_or_default();
+        assert!(m.contains("StorageClass no-such-class"), "{m}");
+        let r = wait_reason(&client, quota_ns, "quota", "QuotaExceeded").await;
+        let m = r["message"].as_str().unwrap_or_default();
+        assert!(m.contains("exceeded quota"), "{m}");
+        let api: Api<Namespace> = Api::all(client.clone());
+        for n in [ns, quota_ns] {
+            api.delete(n, &DeleteParams::default()).await.unwrap();
+        }
+    });
+    Ok(())
+}
+
+/// Idle stop judged from the stand-in's real `/activity`, read by the
+/// operator's pod through the Service and the NetworkPolicy: a busy agent
+/// keeps running past its timeout; once it is idle, it stops.
+fn idle_stop_from_real_activity() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        // Checks every 2 s instead of a minute (the operator's setting).
+        node.kubectl_ok(&[
+            "set",
+            "env",
+            "-n",
+            OPERATOR_NS,
+            "deployment/tinycode-operator-manager",
+            "TINYCODE_ACTIVITY_CHECK_SECONDS=2",
+        ]);
+        node.kubectl_ok(&[
+            "rollout",
+            "status",
+            "-n",
+            OPERATOR_NS,
+            "deployment/tinycode-operator-manager",
+            "--timeout=180s",
+        ]);
+        let ns = "node-idle";
+        fresh_namespace(node, ns).await;
+        let mut idler = basic_instance("idler");
+        idler["spec"]["idle"] = json!({"timeout": "15s"});
+        apply_instance(&client, ns, &idler).await;
+        wait_running(&client, ns, "idler").await;
+        let pod = server_pods(&client, ns, "idler").await.remove(0);
+        let pod_name = pod.metadata.name.clone().unwrap();
+        let busy = |value: &'static str| {
+            let url = format!("http://127.0.0.1:4096/busy?busy={value}");
+            let out = node.kubectl(&[
+                "exec",
+                "-n",
+                ns,
+                &pod_name,
+                "-c",
+                "tinycode",
+                "--",
+                "/usr/local/bin/standin",
+                "get",
+                "-method",
+                "POST",
+                "-password",
+                PASSWORD,
+                &url,
+            ]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(text.starts_with("status 204"), "setting busy={value}: {text}");
+        };
+        busy("true");
+        // Three timeouts' worth of checks: a busy agent is never stopped.
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        let status = api.get("idler").await.unwrap().data["status"].clone();
+        assert_eq!(status["phase"], "Running", "a busy agent was stopped: {status}");
+        assert!(!status["idle"].is_null(), "status.idle reports the checks: {status}");
+        assert_eq!(server_pods(&client, ns, "idler").await.len(), 1);
+
+        busy("false");
+        let ready = wait_reason(&client, ns, "idler", "Idle").await;
+        assert_eq!(ready["status"], "False", "{ready}");
+        wait_for("the idle instance's pod gone", WAIT, || {
+            let client = client.clone();
+            async move { server_pods(&client, ns, "idler").await.is_empty().then_some(()) }
+        })
+        .await;
+        let status = api.get("idler").await.unwrap().data["status"].clone();
+        assert_eq!(status["phase"], "Stopped", "{status}");
+        assert_eq!(status["idle"]["judgedBy"], "activity report", "{status}");
+    });
+    Ok(())
+}
+
+/// Deleting a namespace with a running instance completes: the real
+/// namespace controller and the operator's finalizer together.
+fn namespace_deletion_completes() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let ns = "node-delete";
+        fresh_namespace(node, ns).await;
+        apply_instance(&client, ns, &basic_instance("doomed")).await;
+        wait_running(&client, ns, "doomed").await;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+        wait_for(&format!("namespace {ns} gone"), WAIT, || {
+            let namespaces = namespaces.clone();
+            async move { namespaces.get_opt(ns).await.unwrap().is_none().then_some(()) }
+        })
+        .await;
+    });
+    Ok(())
+}
+
+fn main() {
+    let mut args = Arguments::from_args();
+    // One node, one scenario at a time, in this order.
+    args.test_threads = Some(1);
+    type Scenario = fn() -> Result<(), Failed>;
+    let scenarios: Vec<(&str, Scenario)> = vec![
+        ("operator_runs_as_a_pod", operator_runs_as_a_pod),
+        ("basic_instance_runs", basic_instance_runs),
+        ("tenant_privileged_pod_refused", tenant_privileged_pod_refused),
+        ("tenant_roles_aggregate", tenant_roles_aggregate),
+        ("data_survives_stop_start", data_survives_stop_start),
+        ("network_policy_enforced", network_policy_enforced),
+        ("operator_network_policy_enforced", operator_network_policy_enforced),
+        ("pull_secrets", pull_secrets),
+        ("status_names_pod_failures", status_names_pod_failures),
+        ("idle_stop_from_real_activity", idle_stop_from_real_activity),
+        ("namespace_deletion_completes", namespace_deletion_completes),
+        ("run_local_main_job", run_local_main_job),
+    ];
+    let trials = scenarios.into_iter().map(|(name, f)| Trial::test(name, f)).collect();
+    libtest_mimic::run(&args, trials).exit();
+}
