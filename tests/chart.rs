@@ -422,6 +422,16 @@ fn ollama_bundle_lives_in_the_same_release() {
     let script = &argv[2];
     assert!(!script.contains("qwen2.5-coder") && !script.contains("llama3"));
     assert_eq!(&argv[argv.len() - 2..], ["qwen2.5-coder:7b", "llama3"]);
+    // Ready only once the script marked every pull done, in a volume of its
+    // own (in memory, fresh per start, never on the models volume).
+    assert_eq!(c["readinessProbe"]["exec"]["command"][2], "test -e /run/tinycode-ollama/ready");
+    assert!(script.contains("ready=/run/tinycode-ollama/ready") && script.contains(r#": >"$ready""#));
+    let mount =
+        c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/run/tinycode-ollama").unwrap();
+    let volumes = od["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+    let state = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(state["emptyDir"]["medium"], "Memory");
+    assert_eq!(c["terminationMessagePolicy"], "FallbackToLogsOnError");
     let dep = find(&docs, "Deployment", "dev-tinycode");
     assert_eq!(env_of(container(dep, "tinycode"), "TINYCODE_OLLAMA_HOST").unwrap()["value"], "http://dev-ollama:11434");
 }

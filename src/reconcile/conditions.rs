@@ -5,6 +5,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{Condition, Phase, TinycodeInstance, TinycodeInstanceStatus};
+use crate::reconcile::diagnose::Reason;
 
 pub use crate::reconcile::condition_types::{
     CLUSTER_ADMIN_READY, INGRESS_READY, READY, RECONCILING, STALLED, VLLM_CONFIG_READY, VLLM_WARNING,
@@ -90,6 +91,9 @@ pub struct Workload {
     pub idle_message: Option<String>,
     /// Why the rollout does not finish, when the pods say.
     pub diagnosis: Option<crate::reconcile::diagnose::Diagnosis>,
+    /// The bundled Ollama, when the spec asks for one and the workloads run:
+    /// whether it is rolled out (Ready: serving, every model pulled).
+    pub ollama_ready: Option<bool>,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
@@ -105,21 +109,28 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
     let rollout_done = observed.deployment_current
         && observed.updated_replicas >= observed.desired_replicas
         && observed.available_replicas >= observed.desired_replicas;
-    if !rollout_done {
-        // Routes are OpenShift's, whose CLI is oc.
-        let cli = if observed.exposure == "Route" { "oc" } else { "kubectl" };
-        let msg = format!(
-            "waiting for the Deployment: {}/{} replicas available and updated; see `{cli} get pods -l app.kubernetes.io/component=server` for pods that do not start",
-            observed.available_replicas.min(observed.updated_replicas),
-            observed.desired_replicas
-        );
+    let ollama_waiting = observed.ollama_ready == Some(false);
+    if !rollout_done || ollama_waiting {
         if let Some(d) = &observed.diagnosis {
             // Past the Deployment's progress deadline the rollout is Stalled,
             // and a Stalled instance is Failed (as after exhausted helm retries).
             let phase = if d.stalled { Phase::Failed } else { Phase::Deploying };
             return (phase, url, Desired::new(READY, false, d.reason.as_str(), d.message.clone()));
         }
-        return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
+        // Routes are OpenShift's, whose CLI is oc.
+        let cli = if observed.exposure == "Route" { "oc" } else { "kubectl" };
+        if !rollout_done {
+            let msg = format!(
+                "waiting for the Deployment: {}/{} replicas available and updated; see `{cli} get pods -l app.kubernetes.io/component=server` for pods that do not start",
+                observed.available_replicas.min(observed.updated_replicas),
+                observed.desired_replicas
+            );
+            return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
+        }
+        let msg = format!(
+            "tinycode is up; waiting for the bundled Ollama to answer and to pull every model in spec.ollama.models (its pod is Ready once they are); see `{cli} logs -l app.kubernetes.io/component=ollama`"
+        );
+        return (Phase::Deploying, url, Desired::new(READY, false, Reason::OllamaNotReady.as_str(), msg));
     }
     let mut message = match &url {
         Some(u) => format!("tinycode is available at {u}"),
@@ -267,6 +278,7 @@ mod tests {
             stopped: false,
             idle_message: None,
             diagnosis: None,
+            ollama_ready: None,
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));
@@ -317,6 +329,13 @@ mod tests {
         let (phase, url, ready) = workload_status(&o, &["no password".into()]);
         assert_eq!((phase, url, ready.status), (Phase::Running, None, true));
         assert!(ready.message.contains("not been admitted") && ready.message.contains("no password"));
+        // A bundled Ollama that is not Ready (models still pulling) holds the
+        // instance in Deploying, under its own reason.
+        let pulling = Workload { ollama_ready: Some(false), ..o.clone() };
+        let (phase, _, ready) = workload_status(&pulling, &[]);
+        assert_eq!((phase, ready.status, ready.reason.as_str()), (Phase::Deploying, false, "OllamaNotReady"));
+        assert!(ready.message.contains("spec.ollama.models"), "{}", ready.message);
+        assert_eq!(workload_status(&Workload { ollama_ready: Some(true), ..o.clone() }, &[]).0, Phase::Running);
         o.admitted_host = Some("dev.apps.example.com".into());
         assert_eq!(workload_status(&o, &[]).1.as_deref(), Some("https://dev.apps.example.com"));
         o.tls = false;

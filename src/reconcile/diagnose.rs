@@ -28,11 +28,14 @@ pub enum Reason {
     PodSecurityRefused,
     /// The Deployment's progress deadline passed, with no other cause seen.
     ProgressDeadlineExceeded,
+    /// tinycode is up; the bundled Ollama has not answered or not pulled
+    /// its models yet (no pod says anything is wrong).
+    OllamaNotReady,
 }
 
 impl Reason {
     /// Every reason, for the documentation check (tests/docs_reasons.rs).
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::ImagePullFailed,
         Reason::PodUnschedulable,
         Reason::VolumeNotBound,
@@ -40,6 +43,7 @@ impl Reason {
         Reason::QuotaExceeded,
         Reason::PodSecurityRefused,
         Reason::ProgressDeadlineExceeded,
+        Reason::OllamaNotReady,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +55,7 @@ impl Reason {
             Reason::QuotaExceeded => "QuotaExceeded",
             Reason::PodSecurityRefused => "PodSecurityRefused",
             Reason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            Reason::OllamaNotReady => "OllamaNotReady",
         }
     }
 }
@@ -81,11 +86,32 @@ const STOPPED: &str = "the rollout stopped making progress (the Deployment's pro
 /// Longest piece of a kubelet's or controller's message kept in ours.
 const QUOTE: usize = 300;
 
-/// The label selector of an instance's server pods: the chart's
-/// `tinycode.selectorLabels` for component `server`, which is also the
-/// Deployment's selector.
-pub fn server_selector(instance: &str) -> String {
-    format!("app.kubernetes.io/name=tinycode,app.kubernetes.io/instance={instance},app.kubernetes.io/component=server")
+/// The workloads an instance's readiness waits for, in the order it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    /// The tinycode pods.
+    Server,
+    /// The bundled Ollama server (spec.ollama.enabled).
+    Ollama,
+}
+
+impl Component {
+    /// The chart's `app.kubernetes.io/component` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Component::Server => "server",
+            Component::Ollama => "ollama",
+        }
+    }
+}
+
+/// The label selector of an instance's pods of `component`: the chart's
+/// `tinycode.selectorLabels`, which is also their Deployment's selector.
+pub fn selector(instance: &str, component: Component) -> String {
+    format!(
+        "app.kubernetes.io/name=tinycode,app.kubernetes.io/instance={instance},app.kubernetes.io/component={}",
+        component.label()
+    )
 }
 
 /// The claims worth reading for [`diagnose`]: those of pods the scheduler
@@ -249,6 +275,14 @@ fn pod_cause(pod: &Pod, pvcs: &[PersistentVolumeClaim], cli: &str) -> Option<(Re
             ),
             None => "it keeps exiting".to_string(),
         };
+        // Its last words, when the pod keeps them (terminationMessagePolicy
+        // FallbackToLogsOnError: the log's tail); the last line says most.
+        let said = last
+            .and_then(|t| t.message.as_deref())
+            .and_then(|m| m.lines().rev().find(|l| !l.trim().is_empty()))
+            .map(|l| format!(" (it said: {})", quote(l)))
+            .unwrap_or_default();
+        let exit = exit + &said;
         let message = format!(
             "{kind} {} of pod {name} keeps crashing ({} restarts); {exit}; see `{cli} logs -n {ns} {name} -c {} --previous`",
             cs.name, cs.restart_count, cs.name
@@ -707,8 +741,25 @@ mod tests {
         assert_eq!(keys, ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"]);
         assert!(block.contains("app.kubernetes.io/name: tinycode"), "{block}");
         assert_eq!(
-            server_selector("demo"),
+            selector("demo", Component::Server),
             "app.kubernetes.io/name=tinycode,app.kubernetes.io/instance=demo,app.kubernetes.io/component=server"
         );
+        // The components the chart labels its two Deployments with.
+        let deployment = include_str!("../../helm-charts/tinycode/templates/deployment.yaml");
+        for c in [Component::Server, Component::Ollama] {
+            let pattern = format!("\"component\" \"{}\")", c.label());
+            assert!(deployment.contains(&pattern), "{pattern}");
+        }
+    }
+
+    #[test]
+    fn a_crash_loop_quotes_the_containers_last_line() {
+        let mut status = crash_loop(1, "Error");
+        status["containerStatuses"][0]["lastState"]["terminated"]["message"] =
+            json!("pulling model nope (attempt 3)\nerror: could not pull model nope\n\n");
+        let (reason, message) = pod_cause(&server(status), &[], "kubectl").unwrap();
+        assert_eq!(reason, Reason::CrashLoop);
+        assert!(message.contains("(it said: error: could not pull model nope)"), "{message}");
+        assert!(!message.contains("attempt 3"), "{message}");
     }
 }

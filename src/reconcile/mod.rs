@@ -377,13 +377,27 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         }
         None => observed.deployment.clone(),
     };
-    let mut st = status::applied(inst, &plan, &outcome, deployment.as_deref(), None, &now());
+    // The bundled Ollama's readiness (its models pulled) is the instance's too.
+    let ollama = plan.values.ollama.enabled.then(|| {
+        let key = ObjectRef::new(&crate::render::naming::ollama(&inst.name_any()))
+            .within(&inst.namespace().unwrap_or_default());
+        ctx.stores.deployments.get(&key)
+    });
+    let ollama = ollama.flatten();
+    let (server, ollama) = (deployment.as_deref(), ollama.as_deref());
+    let mut st = status::applied(inst, &plan, &outcome, server, ollama, None, &now());
     let mut diagnosed = false;
     if st.phase == Some(Phase::Deploying) {
         // Only a rollout that has not finished costs pod reads: say why.
-        if let Some(d) = diagnose_rollout(ctx, inst, deployment.as_deref()).await {
-            st = status::applied(inst, &plan, &outcome, deployment.as_deref(), Some(&d), &now());
-            diagnosed = true;
+        if let Some(component) = status::waiting_on(&plan, server, ollama) {
+            let waited = match component {
+                diagnose::Component::Server => server,
+                diagnose::Component::Ollama => ollama,
+            };
+            if let Some(d) = diagnose_rollout(ctx, inst, component, waited).await {
+                st = status::applied(inst, &plan, &outcome, server, ollama, Some(&d), &now());
+                diagnosed = true;
+            }
         }
     }
     let phase = st.phase.unwrap_or(Phase::Deploying);
@@ -425,26 +439,32 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     }))
 }
 
-/// Why the instance's rollout has not finished: its server pods (one list,
-/// by the chart's selector) and, when the scheduler blames their volumes,
-/// the instance's own data PVCs, read in its namespace through the
-/// operator's `admin` grant there (no cluster-wide pod access). A failed or
-/// slow read is never an error: it leaves what the Deployment says, or no
-/// diagnosis (status says Deploying).
+/// Why the instance's rollout has not finished: the pods of the workload it
+/// waits for (one list, by the chart's selector) and, when the scheduler
+/// blames their volumes, the instance's own PVCs, read in its namespace
+/// through the operator's `admin` grant there (no cluster-wide pod access).
+/// A failed or slow read is never an error: it leaves what the Deployment
+/// says, or no diagnosis (status says Deploying).
 async fn diagnose_rollout(
     ctx: &Context,
     inst: &TinycodeInstance,
+    component: diagnose::Component,
     deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
 ) -> Option<diagnose::Diagnosis> {
+    use crate::render::naming;
     use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
     let ns = inst.namespace()?;
     let name = inst.name_any();
     let reads = async {
-        let params = kube::api::ListParams::default().labels(&diagnose::server_selector(&name)).limit(DIAGNOSIS_PODS);
+        let params =
+            kube::api::ListParams::default().labels(&diagnose::selector(&name, component)).limit(DIAGNOSIS_PODS);
         let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns).list(&params).await?.items;
         // Only the claims the chart makes for this instance: a pod naming
         // another (one a tenant labelled alike) gets no read.
-        let owned = [crate::render::naming::data_pvc(&name), crate::render::naming::projects_pvc(&name)];
+        let owned = match component {
+            diagnose::Component::Server => vec![naming::data_pvc(&name), naming::projects_pvc(&name)],
+            diagnose::Component::Ollama => vec![naming::ollama_models_pvc(&name)],
+        };
         let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns);
         let mut pvcs = Vec::new();
         for claim in diagnose::claims_in_question(&pods).iter().filter(|c| owned.contains(c)) {

@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use crate::api::{Phase, TinycodeInstance, TinycodeInstanceStatus};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, Desired, Workload};
-use crate::reconcile::diagnose::Diagnosis;
+use crate::reconcile::diagnose::{Component, Diagnosis};
 use crate::reconcile::execute::Outcome;
 use crate::reconcile::plan::{Exposure, Plan};
 use crate::render::{ingress, naming, route};
@@ -20,10 +20,12 @@ pub fn applied(
     plan: &Plan,
     outcome: &Outcome,
     deployment: Option<&Deployment>,
+    ollama: Option<&Deployment>,
     diagnosis: Option<&Diagnosis>,
     now: &str,
 ) -> TinycodeInstanceStatus {
     let (mut workload, exposure_condition) = workload(plan, outcome, deployment);
+    workload.ollama_ready = waits_for_ollama(plan).then(|| rolled_out(ollama, 1));
     workload.diagnosis = diagnosis.cloned();
     let (phase, url, ready) = conditions::workload_status(&workload, &plan.warnings);
     let generation = inst.metadata.generation;
@@ -57,6 +59,35 @@ pub fn applied(
     }
 }
 
+/// Whether the instance's readiness includes a bundled Ollama's: one is
+/// bundled, and the workloads run.
+fn waits_for_ollama(plan: &Plan) -> bool {
+    plan.values.ollama.enabled && !plan.values.stopped
+}
+
+/// A Deployment whose status reflects its spec, with `desired` replicas
+/// updated and available.
+fn rolled_out(deployment: Option<&Deployment>, desired: i32) -> bool {
+    let Some(d) = deployment else { return false };
+    let status = d.status.clone().unwrap_or_default();
+    status.observed_generation.is_some()
+        && status.observed_generation >= d.metadata.generation
+        && status.updated_replicas.unwrap_or(0) >= desired
+        && status.available_replicas.unwrap_or(0) >= desired
+}
+
+/// The workload the instance still waits for, in the order readiness takes
+/// them (the server first): whose pods a diagnosis reads.
+pub fn waiting_on(plan: &Plan, deployment: Option<&Deployment>, ollama: Option<&Deployment>) -> Option<Component> {
+    if plan.values.stopped {
+        return None;
+    }
+    if !rolled_out(deployment, plan.values.replicas) {
+        return Some(Component::Server);
+    }
+    (waits_for_ollama(plan) && !rolled_out(ollama, 1)).then_some(Component::Ollama)
+}
+
 fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> (Workload, Option<Desired>) {
     let status = deployment.and_then(|d| d.status.clone()).unwrap_or_default();
     let generation = deployment.and_then(|d| d.metadata.generation);
@@ -85,6 +116,7 @@ fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> 
         stopped: plan.values.stopped,
         idle_message: plan.idle.stopped.then(|| plan.idle.status.as_ref().map(|s| s.message.clone())).flatten(),
         diagnosis: None,
+        ollama_ready: None,
     };
     (workload, condition)
 }
@@ -225,7 +257,7 @@ mod tests {
             ("no Deployment", None, Phase::Deploying, Some("https://dev.apps.example.com")),
         ];
         for (case, d, phase, url) in cases {
-            let st = applied(&inst, &plan, &outcome, d.as_ref(), None, "2026-12-02T00:00:00Z");
+            let st = applied(&inst, &plan, &outcome, d.as_ref(), None, None, "2026-12-02T00:00:00Z");
             assert_eq!(st.phase, Some(phase), "{case}");
             assert_eq!(
                 st.url.as_deref(),
@@ -237,6 +269,31 @@ mod tests {
             let ready = st.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap();
             assert_eq!(ready.status == "True", phase == Phase::Running, "{case}");
         }
+    }
+
+    #[test]
+    fn a_bundled_ollama_counts_toward_ready() {
+        let inst = instance(serde_json::json!({"ollama": {"enabled": true, "models": ["llama3"]}}));
+        let plan = plan_for(&inst, &observed());
+        let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
+        let server = deployment(1, true);
+        let cases = [
+            ("no Ollama Deployment yet", None, Phase::Deploying, Some(Component::Ollama)),
+            ("models pulling", Some(deployment(0, true)), Phase::Deploying, Some(Component::Ollama)),
+            ("Ready", Some(deployment(1, true)), Phase::Running, None),
+        ];
+        for (case, ollama, phase, waiting) in cases {
+            let st = applied(&inst, &plan, &outcome, Some(&server), ollama.as_ref(), None, "t");
+            assert_eq!(st.phase, Some(phase), "{case}");
+            assert_eq!(waiting_on(&plan, Some(&server), ollama.as_ref()), waiting, "{case}");
+        }
+        // The server is waited for first; a stopped instance waits for nothing.
+        assert_eq!(waiting_on(&plan, Some(&deployment(0, true)), None), Some(Component::Server));
+        let stopped =
+            plan_for(&instance(serde_json::json!({"ollama": {"enabled": true}, "stopped": true})), &observed());
+        assert_eq!(waiting_on(&stopped, None, None), None);
+        let without = plan_for(&instance(serde_json::json!({})), &observed());
+        assert_eq!(waiting_on(&without, Some(&server), None), None, "no Ollama bundled: nothing else to wait for");
     }
 
     #[test]
@@ -254,13 +311,13 @@ mod tests {
         };
         let s = |status: &str, reason: &str| (status.to_string(), reason.to_string());
         let mut d = Diagnosis { reason: Reason::CrashLoop, message: "container tinycode ...".into(), stalled: false };
-        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), Some(&d), "t");
+        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), None, Some(&d), "t");
         assert_eq!(
             shape(&st),
             (Some(Phase::Deploying), s("False", "CrashLoop"), s("True", "Progressing"), s("False", "Progressing"))
         );
         d.stalled = true;
-        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), Some(&d), "t");
+        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), None, Some(&d), "t");
         assert_eq!(
             shape(&st),
             (
@@ -287,9 +344,9 @@ mod tests {
         let mut inst = instance(serde_json::json!({}));
         let plan = plan_for(&inst, &observed());
         let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
-        let first = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, "2026-12-02T00:00:00Z");
+        let first = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, None, "2026-12-02T00:00:00Z");
         inst.status = Some(first.clone());
-        let later = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, "2026-12-02T01:00:00Z");
+        let later = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, None, "2026-12-02T01:00:00Z");
         assert_eq!(later, first, "transition times are kept");
     }
 

@@ -1,9 +1,16 @@
 # ollama-entrypoint: start "ollama serve", wait until it answers, pull every
-# model named as a positional argument, then keep serving. Model names arrive
-# only as arguments ("$@"); no value is ever templated into this text.
+# model named as a positional argument, then mark the container ready and keep
+# serving. Model names arrive only as arguments ("$@"); no value is ever
+# templated into this text.
+# The readiness probe looks for $ready: the pod is Ready only once every model
+# is pulled, so the instance is Running only with its models in place. A model
+# that cannot be pulled after three tries ends the container (its last log line,
+# the termination message, names the model), and the kubelet retries later.
 set -u
 
+ready=/run/tinycode-ollama/ready
 log() { printf 'ollama-entrypoint: %s\n' "$*" >&2; }
+rm -f "$ready"
 
 ollama serve &
 server=$!
@@ -35,13 +42,23 @@ until ollama list >/dev/null 2>&1; do
 done
 
 for model in "$@"; do
-  log "pulling model $model"
-  # In the background, so a TERM during a long download is handled at once.
-  ollama pull -- "$model" &
-  if ! wait "$!"; then
-    log "warning: could not pull model $model; continuing without it"
-  fi
+  attempt=1
+  while :; do
+    log "pulling model $model (attempt $attempt)"
+    # In the background, so a TERM during a long download is handled at once.
+    ollama pull -- "$model" &
+    if wait "$!"; then break; fi
+    if [ "$attempt" -ge 3 ]; then
+      log "error: could not pull model $model after $attempt attempts (check spec.ollama.models)"
+      kill -TERM "$server" 2>/dev/null
+      wait "$server"
+      exit 1
+    fi
+    sleep $((attempt * 5))
+    attempt=$((attempt + 1))
+  done
 done
+: >"$ready"
 log "ready"
 
 wait "$server"

@@ -633,6 +633,11 @@ pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> 
 pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
     use tinycode_operator::render::naming;
     mark_available(c, ns, &naming::fullname(name)).await?;
+    // A bundled Ollama's readiness is the instance's too.
+    let inst = Api::<TinycodeInstance>::namespaced(c.clone(), ns).get(name).await.ctx("get the instance")?;
+    if inst.spec.ollama.enabled {
+        mark_available(c, ns, &naming::ollama(name)).await?;
+    }
     admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
     wait_phase(c, ns, name, "Running").await
 }

@@ -178,6 +178,7 @@ echo \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
     })
     .await?;
     mark_available(&c, &ns, "dev-tinycode").await?;
+    mark_available(&c, &ns, "dev-ollama").await?;
     let inst = wait_phase(&c, &ns, "dev", "Running").await?;
     ensure_eq(condition(&inst, "Stalled").map(|s| s.0), Some("False".into()), "Stalled after recovery")?;
     ensure_eq(
