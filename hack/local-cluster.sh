@@ -386,6 +386,7 @@ pid_of() {
 	local expected=${name:0:15}
 	[[ "$name" == netns-forward ]] && expected=python3
 	[[ "$name" == registry-private ]] && expected=registry
+	[[ "$name" == git-daemon ]] && expected=git
 	[[ "$comm" == "$expected" ]] || return 0
 	printf '%s\n' "$pid"
 }

@@ -60,8 +60,11 @@ PUSH_TLS_VERIFY=false hack/image.sh push "$IMAGE" >/dev/null
 OPERATOR_IMAGE=$IMAGE hack/install.sh >&2
 # An operator that was already running learns of the Route API's coming or
 # going only at its next discovery (a minute): start it afresh, so the
-# sample is reconciled for this platform from the first moment.
-"$KUBECTL" rollout restart deployment/tinycode-operator-manager -n tinycode-operator-system >/dev/null
+# sample is reconciled for this platform from the first moment. Its pods are
+# deleted and waited for (a rollout restart would return while the old pod,
+# still leader, reconciles for the old platform during its grace period).
+"$KUBECTL" delete pods -n tinycode-operator-system --wait=true --timeout=120s \
+	-l app.kubernetes.io/name=tinycode-operator,app.kubernetes.io/component=manager >/dev/null
 "$KUBECTL" rollout status deployment/tinycode-operator-manager -n tinycode-operator-system --timeout=180s >&2
 hack/prepare-namespace.sh "$NS" --generate-password >&2
 

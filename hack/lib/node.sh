@@ -60,7 +60,7 @@ STANDIN_BIN=
 
 # The processes of the node, in start order (stop goes backwards).
 NODE_DAEMONS=(etcd kube-apiserver netns-forward registry registry-private containerd kubelet kube-controller-manager
-	kube-scheduler kube-proxy coredns kube-router local-path-provisioner standin)
+	kube-scheduler kube-proxy coredns kube-router local-path-provisioner standin git-daemon)
 METADATA_IP=169.254.169.254
 
 # ---------------------------------------------------------------------------
@@ -69,8 +69,10 @@ METADATA_IP=169.254.169.254
 
 # Debian's packages for the runtime: containerd 1.6 and runc (kubelet 1.37 still
 # speaks to 1.6), the CNI plugins, iptables and ipset (kube-proxy, kube-router),
-# skopeo (pushing images). Installed once; apt-get only when one is missing.
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack skopeo)
+# skopeo (pushing images), busybox (the stand-in images' shell) and git (the
+# git server in the node's network, and the client in the tinycode stand-in).
+# Installed once; apt-get only when one is missing.
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack skopeo busybox-static git)
 
 ensure_node_packages() {
 	local missing=() p
@@ -562,16 +564,50 @@ push_layout() {
 		die "pushing $2 to the local registry failed"
 }
 
+# shell_layout_args: oci-layout.py arguments for a shell and its tools
+# (busybox's applets), which the chart's scripts need: the git init
+# container's and the Ollama entrypoint's.
+shell_layout_args() {
+	local busybox applet
+	busybox=$(command -v busybox) || die "busybox is missing (Debian package busybox-static)"
+	printf '%s\n' --file "${busybox}:bin/busybox"
+	for applet in $("$busybox" --list); do
+		[[ "$applet" == busybox ]] || printf '%s\n' --link "bin/${applet}:busybox"
+	done
+}
+
+# git_layout_args: this machine's git and the libraries it links, so the
+# tinycode stand-in can run the chart's git-clone script (a git:// clone
+# needs no remote helper).
+git_layout_args() {
+	local git lib
+	git=$(command -v git) || die "git is missing"
+	printf '%s\n' --file "${git}:usr/bin/git"
+	for lib in $(ldd "$git" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'); do
+		printf '%s\n' --file "$(readlink -f "$lib"):${lib#/}"
+	done
+}
+
 # The stand-in images (tools/standins): one binary, entrypoints by image.
 push_standin_images() {
-	local dir="${CLUSTER_DIR}/images" tag=$STANDIN_TAG
+	local dir="${CLUSTER_DIR}/images" tag=$STANDIN_TAG shell=() git=()
 	mkdir -p "$dir"
+	if ! command -v busybox >/dev/null || ! command -v git >/dev/null; then
+		die "busybox and git are needed for the stand-in images (Debian packages busybox-static and git)"
+	fi
+	mapfile -t shell < <(shell_layout_args)
+	mapfile -t git < <(git_layout_args)
 	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/pause" --file "${STANDIN_BIN}:pause" \
 		--entrypoint '["/pause", "pause"]' --user 65535 >/dev/null
 	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/tinycode" --file "${STANDIN_BIN}:usr/local/bin/standin" \
+		"${shell[@]}" "${git[@]}" \
 		--dir tmp --dir projects --dir home/tinycode \
 		--entrypoint '["/usr/local/bin/standin", "tinycode"]' --user 1001 \
 		--env HOME=/home/tinycode >/dev/null
+	# The Ollama stand-in: the same binary as `ollama`, under a shell for the
+	# chart's entrypoint script.
+	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/ollama" --file "${STANDIN_BIN}:usr/bin/ollama" \
+		"${shell[@]}" --dir tmp --dir models --entrypoint '["/usr/bin/ollama", "serve"]' --user 1001 >/dev/null
 	# An image whose process exits at once: a crash loop, for the tests.
 	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/crash" --file "${STANDIN_BIN}:usr/local/bin/standin" \
 		--entrypoint '["/usr/local/bin/standin", "crash"]' --user 1001 >/dev/null
@@ -582,11 +618,40 @@ push_standin_images() {
 	# The samples' image name, served by the mirror (see MIRRORED_REGISTRIES).
 	push_layout "${dir}/tinycode" "${NODE_REGISTRY}/bjohns/tinycode-container:latest"
 	push_layout "${dir}/crash" "${NODE_REGISTRY}/bjohns/tinycode-container:crash"
+	# The operator's default Ollama image name (docker.io, through the mirror).
+	push_layout "${dir}/ollama" "${NODE_REGISTRY}/ollama/ollama:latest"
 	push_layout "${dir}/local-path-helper" "${NODE_REGISTRY}/tinycode-local/local-path-helper:${tag}"
 	# The same stand-in behind the private registry's login.
 	skopeo copy --quiet --dest-tls-verify=false --dest-creds "$(<"${CLUSTER_DIR}/registry-private.auth")" \
 		"oci:${dir}/tinycode" "docker://${NODE_PRIVATE_REGISTRY}/private/tinycode-container:v1" >&2 ||
 		die "pushing to the private registry failed"
+}
+
+# A git server in the node's network: git daemon on the peer address, serving
+# one repository for the git init container to clone (GIT_URL).
+GIT_URL="git://${NODE_PEER_IP}/sample.git"
+start_git_server() {
+	local repos="${CLUSTER_DIR}/git" work="${CLUSTER_DIR}/git-work"
+	rm -rf "$repos" "$work"
+	mkdir -p "$repos"
+	if ! {
+		git init -q -b main "$work" &&
+			printf 'cloned by the git init container\n' >"${work}/README.md" &&
+			git -C "$work" add README.md &&
+			git -C "$work" -c user.name=tinycode-local -c user.email=local@tinycode.invalid commit -q -m sample &&
+			git clone -q --bare "$work" "${repos}/sample.git"
+	}; then
+		die "creating the sample git repository failed"
+	fi
+	rm -rf "$work"
+	log "starting a git server on ${GIT_URL%/*}"
+	node_daemon git-daemon git daemon --reuseaddr --export-all --base-path="$repos" \
+		--listen="$NODE_PEER_IP" --port=9418 "$repos"
+}
+
+git_server_ready() {
+	# shellcheck disable=SC2016 # expanded by the inner bash
+	in_node bash -c 'exec 3<>"/dev/tcp/$1/9418"' _ "$NODE_PEER_IP" 2>/dev/null
 }
 
 kube_router_ready() {
@@ -907,11 +972,13 @@ node_start() {
 	start_coredns
 	start_local_path_provisioner
 	node_daemon standin "$STANDIN_BIN" serve "${METADATA_IP}:80" "metadata stand-in: instance-id i-tinycode-local"
+	start_git_server
 	node_wait "node ${NODE_NAME} Ready" kubelet node_ready 90
 	# kube-router finds its node by name: only once the kubelet registered it.
 	start_kube_router
 	node_wait "kube-router's NetworkPolicy controller" kube-router kube_router_ready 30
 	node_wait "cluster DNS" coredns coredns_ready 30
+	node_wait "the git server" git-daemon git_server_ready 30
 	# Pods need their namespace's ServiceAccount (the controller-manager's).
 	node_wait "ServiceAccount default/default" kube-controller-manager default_service_account 30
 	log "node ready in $((SECONDS - started))s (state: ${CLUSTER_DIR}; namespace ${NODE_NETNS})"
@@ -921,6 +988,7 @@ node_start() {
 node_print() {
 	printf 'TINYCODE_NODE_REGISTRY=%s\n' "$NODE_REGISTRY"
 	printf 'TINYCODE_METADATA_URL=http://%s/\n' "$METADATA_IP"
+	printf 'TINYCODE_GIT_URL=%s\n' "$GIT_URL"
 	printf 'TINYCODE_PRIVATE_IMAGE=%s/private/tinycode-container:v1\n' "$NODE_PRIVATE_REGISTRY"
 	printf 'TINYCODE_PRIVATE_REGISTRY_AUTH=%s\n' "${CLUSTER_DIR}/registry-private.auth"
 	printf 'TINYCODE_STANDIN_IMAGE=%s/tinycode-local/tinycode-standin:%s\n' "$NODE_REGISTRY" \

@@ -3,7 +3,8 @@
 files on this machine: the stand-in images of the local node (hack/lib/node.sh).
 
     oci-layout.py OUT_DIR --file SRC:DEST[:MODE] ... [--dir DEST ...]
-                  [--entrypoint JSON_LIST] [--user UID] [--env K=V ...]
+                  [--link DEST:TARGET ...] [--entrypoint JSON_LIST]
+                  [--user UID] [--env K=V ...]
 
 Reproducible: fixed times and owners, entries sorted, so the same inputs give
 the same digest (the registry and containerd keep one copy).
@@ -29,7 +30,7 @@ def add_dirs(tar, seen, path):
             tar.addfile(info)
 
 
-def layer(files, dirs):
+def layer(files, dirs, links):
     buf = io.BytesIO()
     seen = set()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -37,8 +38,19 @@ def layer(files, dirs):
         for spec in files:
             src, dest, *mode = spec.split(":")
             entries.append((dest.strip("/"), src, int(mode[0], 8) if mode else 0o755))
-        for dest, src, mode in sorted(entries):
-            add_dirs(tar, seen, dest + "/x" if src is None else dest)
+        # A symbolic link: ("link", target) in the source's place.
+        for spec in links:
+            dest, target = spec.split(":", 1)
+            entries.append((dest.strip("/"), ("link", target), 0o777))
+        for dest, src, mode in sorted(entries, key=lambda e: e[0]):
+            add_dirs(tar, seen, dest)  # parents only: a --dir keeps its own mode
+            if isinstance(src, tuple):
+                info = tarfile.TarInfo(dest)
+                info.type = tarfile.SYMTYPE
+                info.linkname = src[1]
+                info.mode = mode
+                tar.addfile(info)
+                continue
             if src is None:
                 if dest in seen:
                     continue
@@ -70,13 +82,14 @@ def main():
     p.add_argument("out")
     p.add_argument("--file", action="append", default=[])
     p.add_argument("--dir", action="append", default=[])
+    p.add_argument("--link", action="append", default=[])
     p.add_argument("--entrypoint", default="[]")
     p.add_argument("--user", default="")
     p.add_argument("--env", action="append", default=[])
     a = p.parse_args()
 
     os.makedirs(os.path.join(a.out, "blobs", "sha256"), exist_ok=True)
-    tar = layer(a.file, a.dir)
+    tar = layer(a.file, a.dir, a.link)
     layer_digest, layer_size = write_blob(a.out, tar)
     config = {
         "architecture": "amd64",

@@ -14,6 +14,8 @@
 //	                     write and read a file, for `kubectl exec` (the image
 //	                     has no shell)
 //	local-path-helper    (by that name) the volume provisioner's helper
+//	ollama serve|list|pull
+//	                     (by that name) the Ollama stand-in (ollama.go)
 //
 // They are stand-ins, named so in docs/development.md: none of them is the
 // product.
@@ -30,6 +32,13 @@ func main() {
 	if filepath.Base(os.Args[0]) == "local-path-helper" {
 		if err := runVolumeHelper(os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "local-path-helper:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if filepath.Base(os.Args[0]) == "ollama" {
+		if err := runOllama(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "ollama:", err)
 			os.Exit(1)
 		}
 		return
