@@ -1293,6 +1293,11 @@ async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
         })
         .await?;
         mark_available(&c, &ns, &format!("{name}-tinycode")).await?;
+        // A bundled Ollama's readiness is the instance's too.
+        let inst = Api::<TinycodeInstance>::namespaced(c.clone(), &ns).get(name).await.ctx("get the sample")?;
+        if inst.spec.ollama.enabled {
+            mark_available(&c, &ns, &naming::ollama(name)).await?;
+        }
         admit_route(&c, &ns, &format!("{name}-tinycode"), &format!("{name}.apps.e2e.local")).await?;
     }
     for name in &names {
