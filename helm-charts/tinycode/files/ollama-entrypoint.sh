@@ -34,8 +34,9 @@ until ollama list >/dev/null 2>&1; do
   fi
   tries=$((tries + 1))
   if [ "$tries" -ge 180 ]; then
-    log "ollama serve did not answer within 180s"
     kill -TERM "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+    log "ollama serve did not answer within 180s"
     exit 1
   fi
   sleep 1
@@ -49,9 +50,11 @@ for model in "$@"; do
     ollama pull -- "$model" &
     if wait "$!"; then break; fi
     if [ "$attempt" -ge 3 ]; then
-      log "error: could not pull model $model after $attempt attempts (check spec.ollama.models)"
+      # The server first, the message last: the shell may report the killed
+      # job ("Terminated"), and the last log line must be ours.
       kill -TERM "$server" 2>/dev/null
-      wait "$server"
+      wait "$server" 2>/dev/null
+      log "error: could not pull model $model after $attempt attempts (check spec.ollama.models)"
       exit 1
     fi
     sleep $((attempt * 5))
