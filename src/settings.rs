@@ -36,6 +36,10 @@ pub struct Settings {
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
+    /// How long an instance's rollout may make no progress before its
+    /// Deployments say so and the instance is Stalled (their
+    /// `progressDeadlineSeconds`).
+    pub progress_deadline: Duration,
     /// The chart's digest (see [`crate::helm::digest`]); part of every values hash.
     pub chart_digest: String,
     /// Helm failures allowed per rendering before the instance is Stalled.
@@ -59,6 +63,9 @@ pub struct Settings {
     pub lease_duration: Duration,
     /// When this process became the leader (when it started, without leader election).
     pub leading_since: std::time::Instant,
+    /// The key of digests tenants can read (`checksum/secrets`), from
+    /// `ops::digest_key` at start; never logged.
+    pub digest_key: DigestKey,
     /// The namespaces the operator watches (`--watch-namespaces`; set by `run`).
     pub watch_scope: crate::watch_scope::WatchScope,
     /// Sign-in: proxies, gate and the OpenID Connect provider.
@@ -109,6 +116,9 @@ impl Default for IdleSettings {
 /// The gate's image unless told otherwise: the operator image `make image`
 /// builds (install.sh and the bundle name the installed one).
 pub const DEFAULT_GATE_IMAGE: &str = concat!("localhost/tinycode-operator:", env!("CARGO_PKG_VERSION"));
+/// Kubernetes' own default for a Deployment's progress deadline.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u64 = 600;
+
 /// Service (in the operator's namespace) in front of the sign-in relay.
 pub const OIDC_RELAY_SERVICE: &str = "tinycode-operator-oidc-relay";
 
@@ -174,6 +184,7 @@ impl Default for Settings {
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),
             helm_timeout: Duration::from_secs(120),
+            progress_deadline: Duration::from_secs(DEFAULT_PROGRESS_DEADLINE_SECONDS),
             chart_digest: String::new(),
             max_retries: 5,
             blocked_requeue: Duration::from_secs(30),
@@ -186,6 +197,7 @@ impl Default for Settings {
             ingress_namespace: "ingress-nginx".into(),
             lease_duration: crate::ops::leader::Timings::default().lease_duration,
             leading_since: std::time::Instant::now(),
+            digest_key: DigestKey::default(),
             watch_scope: crate::watch_scope::WatchScope::All,
             signin: SigninSettings::default(),
             idle: IdleSettings::default(),
@@ -215,5 +227,22 @@ impl Default for ProbeSettings {
             cache_ttl: Duration::from_secs(300),
             nameservers: Vec::new(),
         }
+    }
+}
+
+/// A key the operator holds; `Debug` never shows it.
+#[derive(Clone, Default)]
+pub struct DigestKey(pub std::sync::Arc<[u8]>);
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(..)")
+    }
+}
+
+impl std::ops::Deref for DigestKey {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
     }
 }

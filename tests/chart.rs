@@ -155,6 +155,7 @@ fn basic_instance_objects() {
     let dep = find(&docs, "Deployment", "dev-tinycode");
     assert_eq!(dep["metadata"]["annotations"]["tinycode.dev/values-hash"], v.values_hash);
     assert_eq!(dep["spec"]["strategy"]["type"], "Recreate", "RWO volumes cannot be shared by a surge pod");
+    assert_eq!(dep["spec"]["progressDeadlineSeconds"], 600, "the operator's --progress-deadline-seconds");
     let pod = &dep["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "dev-tinycode");
     assert_eq!(pod["securityContext"]["runAsUser"], 1001);
@@ -192,6 +193,14 @@ fn basic_instance_objects() {
     assert!(mounts.contains(&("/home/tinycode/.local/share/tinycode".into(), "data".into())), "{mounts:?}");
     assert!(mounts.contains(&("/home/tinycode/.config/tinycode".into(), "config".into())));
     assert!(mounts.iter().any(|m| m.0 == "/projects"));
+    // A read-only root: what the agent writes outside its volumes goes to the
+    // pod's bounded scratch emptyDir.
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    for (path, sub) in [("/tmp", "tmp"), ("/home/tinycode/.cache", "cache"), ("/home/tinycode/.local/state", "state")] {
+        assert!(mounts.contains(&(path.into(), sub.into())), "{path} writable: {mounts:?}");
+    }
+    let scratch = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "scratch").expect("scratch volume");
+    assert_eq!(scratch["emptyDir"]["sizeLimit"], "2Gi");
     let pvc = find(&docs, "PersistentVolumeClaim", "dev-projects");
     assert_eq!(pvc["spec"]["accessModes"], json!(["ReadWriteOnce"]));
     assert_eq!(pvc["spec"]["resources"]["requests"]["storage"], "10Gi");
@@ -405,6 +414,7 @@ fn git_values_reach_the_init_container_only_as_env() {
 fn ollama_bundle_lives_in_the_same_release() {
     let (_, docs) = render(json!({"ollama": {"enabled": true, "models": ["qwen2.5-coder:7b", "llama3"]}}));
     let od = find(&docs, "Deployment", "dev-ollama");
+    assert_eq!(od["spec"]["progressDeadlineSeconds"], 600, "a model pull that never ends stalls too");
     find(&docs, "Service", "dev-ollama");
     let pvc = find(&docs, "PersistentVolumeClaim", "dev-ollama-models");
     assert_eq!(pvc["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
@@ -810,6 +820,38 @@ fn render_mode(mode: &str) -> (Values, Vec<Value>) {
     let spec: TinycodeInstanceSpec = serde_json::from_value(json!({"auth": {"mode": mode}})).unwrap();
     let instance = InstanceRef { name: "dev", namespace: "team", uid: "u" };
     render_values(values::build(&instance, &spec, &settings, &approved, None))
+}
+
+#[test]
+fn every_container_has_a_read_only_root() {
+    let (spec, approved) = everything();
+    let mut spec = spec;
+    spec["git"] = json!({"url": "https://git.example.com/team/app.git"});
+    let (_, everything) = render_approved(spec, &approved);
+    let (_, oidc) = render_mode("oidc");
+    let (_, openshift) = render_mode("openshift");
+    let mut seen = Vec::new();
+    for docs in [&everything, &oidc, &openshift] {
+        for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+            let pod = &d["spec"]["template"]["spec"];
+            for c in pod["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .chain(pod["initContainers"].as_array().into_iter().flatten())
+            {
+                assert_eq!(
+                    c["securityContext"]["readOnlyRootFilesystem"], true,
+                    "{}: {}",
+                    c["name"], c["securityContext"]
+                );
+                seen.push(c["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["gate", "git-clone", "ollama", "signin-proxy", "tinycode"]);
 }
 
 fn mounts(ctr: &Value) -> Vec<String> {

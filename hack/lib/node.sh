@@ -15,6 +15,10 @@
 #   198.18.0.10      the node (a veth pair whose two ends stay inside)
 #   198.18.128.0/20  pods (the bridge tc0, gateway .1)
 #   198.19.0.0/16    Services (kubernetes 198.19.0.1, DNS 198.19.0.10)
+#   198.18.0.11      services of the node's network: a git server (9418) and
+#                    an OpenID Connect provider (mockoidc-server, 5556; its
+#                    admin endpoint 5557), which pods reach as they would an
+#                    external host
 #   169.254.169.254  a cloud metadata stand-in (tools/standins `serve`), so
 #                    tests can prove instances cannot reach it
 #
@@ -60,7 +64,7 @@ STANDIN_BIN=
 
 # The processes of the node, in start order (stop goes backwards).
 NODE_DAEMONS=(etcd kube-apiserver netns-forward registry registry-private containerd kubelet kube-controller-manager
-	kube-scheduler kube-proxy coredns kube-router local-path-provisioner standin git-daemon)
+	kube-scheduler kube-proxy coredns kube-router local-path-provisioner standin git-daemon mockoidc-server)
 METADATA_IP=169.254.169.254
 
 # ---------------------------------------------------------------------------
@@ -621,6 +625,12 @@ push_standin_images() {
 	# The operator's default Ollama image name (docker.io, through the mirror).
 	push_layout "${dir}/ollama" "${NODE_REGISTRY}/ollama/ollama:latest"
 	push_layout "${dir}/local-path-helper" "${NODE_REGISTRY}/tinycode-local/local-path-helper:${tag}"
+	# oauth2-proxy from the binary the sign-in tests build, under the
+	# operator's default image name (quay.io, through the mirror): the real
+	# proxy, not a stand-in.
+	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/oauth2-proxy" --file "${OAUTH2_PROXY_BIN}:bin/oauth2-proxy" \
+		--entrypoint '["/bin/oauth2-proxy"]' --user 65532 >/dev/null
+	push_layout "${dir}/oauth2-proxy" "${NODE_REGISTRY}/oauth2-proxy/oauth2-proxy:${OAUTH2_PROXY_VERSION}"
 	# The same stand-in behind the private registry's login.
 	skopeo copy --quiet --dest-tls-verify=false --dest-creds "$(<"${CLUSTER_DIR}/registry-private.auth")" \
 		"oci:${dir}/tinycode" "docker://${NODE_PRIVATE_REGISTRY}/private/tinycode-container:v1" >&2 ||
@@ -647,6 +657,28 @@ start_git_server() {
 	log "starting a git server on ${GIT_URL%/*}"
 	node_daemon git-daemon git daemon --reuseaddr --export-all --base-path="$repos" \
 		--listen="$NODE_PEER_IP" --port=9418 "$repos"
+}
+
+# An OpenID Connect provider in the node's network (mockoidc-server, built
+# with the sign-in test tools), for instances in auth.mode oidc: its client
+# secret is made per start and only the operator's Secret gets it.
+OIDC_ADDR="${NODE_PEER_IP}:5556"
+OIDC_ADMIN_URL="http://${NODE_PEER_IP}:5557"
+OIDC_CLIENT_ID=tinycode-node
+start_oidc_provider() {
+	(umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=' >"${CLUSTER_DIR}/oidc-client-secret")
+	log "starting an OpenID Connect provider on http://${OIDC_ADDR}"
+	node_daemon mockoidc-server "$MOCKOIDC_SERVER_BIN" -listen "$OIDC_ADDR" -admin-listen "${OIDC_ADMIN_URL#http://}" \
+		-client-id "$OIDC_CLIENT_ID" -client-secret "$(<"${CLUSTER_DIR}/oidc-client-secret")" -watch-stdin=false
+}
+
+# Ready once it printed its endpoints (its first line).
+oidc_provider_ready() {
+	head -n 1 "${CLUSTER_DIR}/mockoidc-server.log" 2>/dev/null | grep -q '"issuer"'
+}
+
+oidc_issuer() {
+	head -n 1 "${CLUSTER_DIR}/mockoidc-server.log" | python3 -c 'import json, sys; print(json.load(sys.stdin)["issuer"])'
 }
 
 git_server_ready() {
@@ -973,12 +1005,14 @@ node_start() {
 	start_local_path_provisioner
 	node_daemon standin "$STANDIN_BIN" serve "${METADATA_IP}:80" "metadata stand-in: instance-id i-tinycode-local"
 	start_git_server
+	start_oidc_provider
 	node_wait "node ${NODE_NAME} Ready" kubelet node_ready 90
 	# kube-router finds its node by name: only once the kubelet registered it.
 	start_kube_router
 	node_wait "kube-router's NetworkPolicy controller" kube-router kube_router_ready 30
 	node_wait "cluster DNS" coredns coredns_ready 30
 	node_wait "the git server" git-daemon git_server_ready 30
+	node_wait "the OpenID Connect provider" mockoidc-server oidc_provider_ready 30
 	# Pods need their namespace's ServiceAccount (the controller-manager's).
 	node_wait "ServiceAccount default/default" kube-controller-manager default_service_account 30
 	log "node ready in $((SECONDS - started))s (state: ${CLUSTER_DIR}; namespace ${NODE_NETNS})"
@@ -989,6 +1023,10 @@ node_print() {
 	printf 'TINYCODE_NODE_REGISTRY=%s\n' "$NODE_REGISTRY"
 	printf 'TINYCODE_METADATA_URL=http://%s/\n' "$METADATA_IP"
 	printf 'TINYCODE_GIT_URL=%s\n' "$GIT_URL"
+	printf 'TINYCODE_OIDC_ISSUER_URL=%s\n' "$(oidc_issuer)"
+	printf 'TINYCODE_OIDC_CLIENT_ID=%s\n' "$OIDC_CLIENT_ID"
+	printf 'TINYCODE_OIDC_CLIENT_SECRET_FILE=%s\n' "${CLUSTER_DIR}/oidc-client-secret"
+	printf 'TINYCODE_OIDC_QUEUE_URL=%s/queue-user\n' "$OIDC_ADMIN_URL"
 	printf 'TINYCODE_PRIVATE_IMAGE=%s/private/tinycode-container:v1\n' "$NODE_PRIVATE_REGISTRY"
 	printf 'TINYCODE_PRIVATE_REGISTRY_AUTH=%s\n' "${CLUSTER_DIR}/registry-private.auth"
 	printf 'TINYCODE_STANDIN_IMAGE=%s/tinycode-local/tinycode-standin:%s\n' "$NODE_REGISTRY" \

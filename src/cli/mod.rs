@@ -165,6 +165,13 @@ pub struct SettingsArgs {
     /// Longest a helm run may take.
     #[arg(long, global = true, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
     pub helm_timeout_seconds: u64,
+    /// How long an instance's rollout may make no progress (a pod that never
+    /// becomes Ready) before the instance is Stalled: its Deployments'
+    /// progressDeadlineSeconds.
+    #[arg(long, global = true, env = "TINYCODE_PROGRESS_DEADLINE_SECONDS",
+          default_value_t = crate::settings::DEFAULT_PROGRESS_DEADLINE_SECONDS,
+          value_parser = clap::value_parser!(u64).range(10..=86400))]
+    pub progress_deadline_seconds: u64,
     /// Probe vLLM servers on loopback addresses (local stand-ins in tests only).
     #[arg(long, global = true, env = "TINYCODE_VLLM_ALLOW_LOOPBACK")]
     pub vllm_allow_loopback: bool,
@@ -509,6 +516,7 @@ impl SettingsArgs {
             helm_bin: self.helm_bin.clone(),
             chart_path: self.chart_path.clone(),
             helm_timeout: Duration::from_secs(self.helm_timeout_seconds),
+            progress_deadline: Duration::from_secs(self.progress_deadline_seconds),
             // A missing chart fails at the first helm run with a clear message.
             chart_digest: crate::helm::digest::chart_digest(&self.chart_path).unwrap_or_default(),
             max_retries: self.max_retries,
@@ -544,6 +552,7 @@ impl SettingsArgs {
             // Both set by `run` once this process leads.
             lease_duration: crate::ops::leader::Timings::default().lease_duration,
             leading_since: std::time::Instant::now(),
+            digest_key: crate::settings::DigestKey::default(),
             // A `run` flag: `run` sets it, other commands watch nothing.
             watch_scope: WatchScope::All,
             signin: self.signin.to_settings(&self.operator_namespace)?,

@@ -38,6 +38,10 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
         return Err(ExitCode::from(1));
     }
+    let key = crate::ops::digest_key::load_or_create(&client, &settings.operator_namespace)
+        .await
+        .map_err(|e| fail(1, "cannot load the operator's digest key", e))?;
+    settings.digest_key = crate::settings::DigestKey(key.into());
     settings.platform = crate::platform::detect(&client, settings.platform_choice)
         .await
         .map_err(|e| fail(1, "cannot read API discovery to tell OpenShift from Kubernetes; set --platform", e))?;
@@ -61,17 +65,15 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         .await
         .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
     if let Some(oidc) = settings.signin.oidc.clone() {
-        let relay = crate::ops::oidc::Relay {
-            provider: crate::ops::oidc::Provider::new(oidc),
-            instances: Arc::new(crate::ops::oidc::KubeInstances {
-                client: client.clone(),
-                scope: settings.watch_scope.clone(),
-            }),
-        };
+        let provider = crate::ops::oidc::Provider::new(oidc);
+        tracing::info!(addr = %args.oidc_relay_addr, issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
+        let relay = crate::ops::oidc::Relay::new(
+            provider,
+            Arc::new(crate::ops::oidc::KubeInstances { client: client.clone(), scope: settings.watch_scope.clone() }),
+        );
         let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
             .await
             .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;
-        tracing::info!(addr = %args.oidc_relay_addr, issuer = %relay.provider.settings().issuer_url, "OIDC sign-in relay");
         tokio::spawn(crate::ops::http_server::serve(
             listener,
             crate::ops::oidc::relay_router(relay),

@@ -15,6 +15,9 @@ pub const GROUPS_HEADER: HeaderName = HeaderName::from_static("x-forwarded-group
 /// The user's own OpenShift token (oauth-proxy's `--pass-access-token`).
 pub const ACCESS_TOKEN_HEADER: HeaderName = HeaderName::from_static("x-forwarded-access-token");
 
+/// Names only the cluster gives (`system:masters`, `system:serviceaccount:...`).
+pub const RESERVED_PREFIX: &str = "system:";
+
 /// Most groups a user may be in (more: 400).
 pub const MAX_GROUPS: usize = 64;
 /// Longest one group name may be, in bytes (longer: 400).
@@ -106,6 +109,12 @@ pub enum Refusal {
     Forbidden,
     /// The review could not be made (the apiserver failed or took too long).
     Unavailable,
+    /// A user or group name under `system:`, which only the cluster gives:
+    /// an identity provider's name there would be reviewed as the cluster's.
+    Reserved,
+    /// A state-changing request (or an upgrade) another site made in the
+    /// user's name (see `browser::cross_site`).
+    CrossSite,
 }
 
 impl Refusal {
@@ -114,7 +123,7 @@ impl Refusal {
             Refusal::NoIdentity | Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
             Refusal::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Refusal::Malformed(_) => StatusCode::BAD_REQUEST,
-            Refusal::Forbidden => StatusCode::FORBIDDEN,
+            Refusal::Forbidden | Refusal::Reserved | Refusal::CrossSite => StatusCode::FORBIDDEN,
             Refusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -184,7 +193,11 @@ pub fn subject(mode: Mode, headers: &HeaderMap, prefixes: &Prefixes) -> Result<S
                 groups(headers)?.into_iter().map(|g| format!("{}{g}", prefixes.groups)).collect();
             groups.sort();
             groups.dedup();
-            Ok(Subject::User { name: format!("{}{user}", prefixes.user), groups })
+            let name = format!("{}{user}", prefixes.user);
+            if std::iter::once(&name).chain(&groups).any(|n| n.starts_with(RESERVED_PREFIX)) {
+                return Err(Refusal::Reserved);
+            }
+            Ok(Subject::User { name, groups })
         }
         Mode::Openshift => {
             let token = single(headers, &ACCESS_TOKEN_HEADER)?.ok_or(Refusal::NoIdentity)?;
@@ -212,6 +225,14 @@ pub fn message(refusal: Refusal, subject: Option<&Subject>, namespace: &str, ins
              allowing verb \"use\" on \"tinycodeinstances\" (apiGroup tinycode.dev, resourceNames [{instance}]).\n"
         ),
         Refusal::Unavailable => "Service unavailable: cannot check your access now; try again shortly\n".to_string(),
+        Refusal::Reserved => "Forbidden: the identity provider named you or one of your groups under \"system:\", \
+             which only the cluster gives; a cluster-admin sets --oidc-username-prefix and --oidc-groups-prefix \
+             as the apiserver's OIDC prefixes\n"
+            .to_string(),
+        Refusal::CrossSite => format!(
+            "Forbidden: another site sent this request to tinycode instance {instance} in namespace {namespace} \
+             in your name; open the instance at its own URL\n"
+        ),
     }
 }
 
@@ -248,6 +269,21 @@ mod tests {
         let prefixes = Prefixes { user: "oidc:".into(), groups: "oidc-group:".into() };
         let h = headers(&[(&USER_HEADER, "alice"), (&GROUPS_HEADER, "dev,ops")]);
         assert_eq!(subject(Mode::Oidc, &h, &prefixes), Ok(user("oidc:alice", &["oidc-group:dev", "oidc-group:ops"])));
+    }
+
+    #[test]
+    fn names_only_the_cluster_gives_are_refused_unless_a_prefix_moves_them() {
+        for h in [
+            headers(&[(&USER_HEADER, "alice"), (&GROUPS_HEADER, "dev,system:masters")]),
+            headers(&[(&USER_HEADER, "system:admin")]),
+            headers(&[(&USER_HEADER, "system:serviceaccount:kube-system:default")]),
+        ] {
+            assert_eq!(subject(Mode::Oidc, &h, &Prefixes::default()), Err(Refusal::Reserved), "{h:?}");
+        }
+        let h = headers(&[(&USER_HEADER, "system:admin"), (&GROUPS_HEADER, "system:masters")]);
+        let prefixes = Prefixes { user: "oidc:".into(), groups: "oidc:".into() };
+        assert_eq!(subject(Mode::Oidc, &h, &prefixes), Ok(user("oidc:system:admin", &["oidc:system:masters"])));
+        assert_eq!(Refusal::Reserved.status(), StatusCode::FORBIDDEN);
     }
 
     #[test]

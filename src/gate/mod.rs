@@ -17,6 +17,8 @@
 //! | an identity header over 8 KiB                        | 431                           |
 //! | a malformed one (65+ groups, a group over 256 bytes) | 400                           |
 //! | a token the apiserver does not accept (openshift)    | 401                           |
+//! | a POST, PUT, PATCH, DELETE or upgrade from another site | 403                         |
+//! | a user or group under `system:` (oidc)               | 403                           |
 //! | a user not allowed `use`                             | 403, naming the user and the fix |
 //! | the review failed or took over 5 s                   | 503 (fail closed)             |
 //! | an allowed user                                      | the tinycode server's answer  |
@@ -26,10 +28,14 @@
 //! RoleBinding takes effect within a minute) by the SHA-256 of the user and
 //! groups or of the token, never the token; a failed review is not cached.
 //! Allowed requests lose the caller's Authorization and
-//! X-Forwarded-Access-Token headers and carry the server's password instead
-//! (`--password-file`), so the user never needs it.
+//! X-Forwarded-Access-Token headers and the proxy's cookies (its session),
+//! and carry the server's password instead (`--password-file`), so the user
+//! never needs it. State-changing requests and upgrades another site sends
+//! in the user's name are refused (403) before any review (`browser.rs`);
+//! so are user and group names under `system:` (oidc).
 
 pub mod activity;
+pub mod browser;
 pub mod identity;
 pub mod proxy;
 pub mod review;
@@ -121,11 +127,14 @@ pub struct GateService {
     target: Target,
     /// Requests let through count as activity (idle stop).
     activity: Arc<activity::Tracker>,
+    /// The sign-in proxy's cookie, kept from the server.
+    proxy_cookie: String,
 }
 
 impl GateService {
     pub fn new(gate: Gate, upstream: Upstream, target: Target, activity: Arc<activity::Tracker>) -> Self {
-        GateService { gate, upstream, target, activity }
+        let proxy_cookie = crate::render::signin::cookie_name(&target.namespace, &target.instance);
+        GateService { gate, upstream, target, activity, proxy_cookie }
     }
 
     /// The answer to one request.
@@ -136,10 +145,18 @@ impl GateService {
                 _ => proxy::text(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD\n"),
             };
         }
+        if let Some(why) = browser::cross_site(req.method(), req.headers()) {
+            tracing::debug!(why, "gate: refused a cross-site request");
+            let refusal = Refusal::CrossSite;
+            let body = identity::message(refusal, None, &self.target.namespace, &self.target.instance);
+            return proxy::text(refusal.status(), body);
+        }
         match self.gate.check(req.headers()).await {
             Verdict::Pass(subject) => {
                 tracing::debug!(user = subject.display_name(), "gate: allowed");
                 self.activity.touch();
+                let mut req = req;
+                browser::strip_proxy_cookies(req.headers_mut(), &self.proxy_cookie);
                 let response = self.upstream.forward(req).await;
                 // A long answer (a stream) ends later than it started.
                 self.activity.touch();

@@ -185,8 +185,17 @@ async fn requests_let_through_count_as_activity_and_refused_ones_do_not() {
 
 /// One `GET path` with `headers` and `Connection: close`; the whole raw response.
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> String {
+    request(addr, "GET", path, headers).await
+}
+
+/// One bodiless `method path` to host ide.example.com with `headers` and
+/// `Connection: close`; the whole raw response.
+async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: ide.example.com\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: ide.example.com\r\nConnection: close\r\n");
+    if method != "GET" {
+        req.push_str("Content-Length: 0\r\n");
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -364,4 +373,43 @@ async fn the_gate_verdicts_follow_headers_and_decisions() {
     h.insert(identity::USER_HEADER, "bob".parse().unwrap());
     assert!(matches!(gate.check(&h).await, Verdict::Refuse(Refusal::Forbidden, Some(_))));
     assert_eq!(fake.calls(), 2);
+}
+
+#[tokio::test]
+async fn the_proxys_session_cookie_never_reaches_the_server() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let (addr, _dir) = gate(Mode::Oidc, Fake::new(&["alice"]), Duration::from_secs(30), upstream).await;
+    let session = crate::render::signin::cookie_name("team-a", "ide");
+    let cookies = format!("{session}=id-token-inside; {session}_1=more; {session}_csrf=c; tinycode=own");
+    let resp = get(addr, "/", &[("X-Forwarded-User", "alice"), ("Cookie", &cookies)]).await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let (_, headers) = seen.last();
+    let sent: Vec<&str> = headers.get_all(header::COOKIE).iter().map(|v| v.to_str().unwrap()).collect();
+    assert_eq!(sent, ["tinycode=own"], "only tinycode's own cookie");
+}
+
+#[tokio::test]
+async fn another_sites_writes_in_the_users_name_are_refused_before_any_review() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let fake = Fake::new(&["alice"]);
+    let (addr, _dir) = gate(Mode::Oidc, fake.clone(), Duration::from_secs(30), upstream).await;
+    let alice = ("X-Forwarded-User", "alice");
+    // A page on a sibling instance (same site, another origin) posts with alice's session.
+    for attack in [
+        vec![alice, ("Origin", "https://other.example.com"), ("Sec-Fetch-Site", "same-site")],
+        vec![alice, ("Origin", "https://other.example.com")],
+    ] {
+        let resp = request(addr, "POST", "/session", &attack).await;
+        assert!(resp.starts_with("HTTP/1.1 403") && resp.contains("another site"), "{resp}");
+    }
+    let ws = [alice, ("Origin", "https://other.example.com"), ("Connection", "Upgrade"), ("Upgrade", "websocket")];
+    assert!(get(addr, "/ws", &ws).await.starts_with("HTTP/1.1 403"));
+    assert_eq!((fake.calls(), seen.count()), (0, 0), "refused before a review, never passed on");
+    // Her own page, and clients that are not browsers, still write.
+    let own = [alice, ("Origin", "https://ide.example.com"), ("Sec-Fetch-Site", "same-origin")];
+    assert!(request(addr, "POST", "/session", &own).await.starts_with("HTTP/1.1 200"));
+    assert!(request(addr, "DELETE", "/session/1", &[alice]).await.starts_with("HTTP/1.1 200"));
+    assert_eq!(seen.count(), 2);
 }

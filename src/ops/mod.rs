@@ -4,6 +4,7 @@
 
 pub mod activity;
 pub mod decisions;
+pub mod digest_key;
 pub mod health;
 pub mod http_server;
 pub mod leader;

@@ -25,6 +25,7 @@ pub mod helm_run;
 pub mod idle;
 pub mod kubeconfig;
 pub mod marks;
+pub mod noise;
 pub mod observe;
 pub mod plan;
 pub mod policy;
@@ -98,6 +99,8 @@ pub struct Context {
     pub oidc: Option<Arc<crate::ops::oidc::Provider>>,
     /// The last activity check of each instance with an idle timeout.
     pub activity: Arc<idle::Observations>,
+    /// Warning events of failures, at most one per namespace and reason a window.
+    failure_events: noise::FailureEvents,
 }
 
 impl Context {
@@ -126,6 +129,7 @@ impl Context {
             prepared: written::Prepared::default(),
             written: written::WrittenStatuses::default(),
             finalized: written::Finalized::default(),
+            failure_events: noise::FailureEvents::default(),
         }
     }
 
@@ -311,7 +315,9 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             if let Err(e) = written::write_status_if_changed(ctx, inst, &st).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
             }
-            ctx.event(inst, EventType::Warning, err.reason(), "Reconcile", message).await;
+            if ctx.failure_events.admit(&inst.namespace().unwrap_or_default(), err.reason()) {
+                ctx.event(inst, EventType::Warning, err.reason(), "Reconcile", message).await;
+            }
             match err.retry() {
                 Retry::OnChange => Ok(Action::await_change()),
                 Retry::Slowly => Ok(Action::requeue(ctx.settings.blocked_requeue)),

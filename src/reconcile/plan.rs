@@ -192,7 +192,9 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
         secrets_digest: if mounted.is_empty() {
             String::new()
         } else {
-            values::sha256_hex(mounted.join("\n").as_bytes())
+            // Keyed: the pod template is readable by viewers, who must not
+            // be able to test guessed passwords against it.
+            values::keyed_hex(&settings.digest_key, mounted.join("\n").as_bytes())
         },
         oidc_endpoints: valid.signin.as_ref().and_then(|s| s.endpoints.clone()),
         idle_stopped: valid.idle.stopped,

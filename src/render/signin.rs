@@ -107,7 +107,7 @@ pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpo
         arg("cookie-secret-file", &format!("{SIGNIN_MOUNT}/{COOKIE_SECRET_KEY}")),
         // One cookie per instance: two instances on one parent domain do not
         // overwrite each other's sessions.
-        arg("cookie-name", &format!("_tinycode_{}", short_hash(namespace, name))),
+        arg("cookie-name", &cookie_name(namespace, name)),
         arg("scope", &oidc.scopes),
         arg("oidc-groups-claim", &oidc.groups_claim),
         // Who may enter is RBAC's decision (the gate), not an e-mail domain's.
@@ -156,7 +156,7 @@ pub fn openshift_proxy_args(namespace: &str, name: &str, service_account: &str) 
         arg("openshift-service-account", service_account),
         arg("openshift-sar", &sar.to_string()),
         arg("cookie-secret-file", &format!("{SIGNIN_MOUNT}/{COOKIE_SECRET_KEY}")),
-        arg("cookie-name", &format!("_tinycode_{}", short_hash(namespace, name))),
+        arg("cookie-name", &cookie_name(namespace, name)),
         arg("cookie-secure", "true"),
         arg("cookie-expire", "12h0m0s"),
         // The gate asks a SelfSubjectAccessReview with the user's token.
@@ -213,6 +213,12 @@ pub fn status(mode: AuthMode, namespace: &str, name: &str, password_secret: &str
             }),
         },
     }
+}
+
+/// The sign-in proxy's session cookie of an instance (and the prefix of the
+/// cookies it derives from it); the gate keeps them all from tinycode.
+pub fn cookie_name(namespace: &str, name: &str) -> String {
+    format!("_tinycode_{}", short_hash(namespace, name))
 }
 
 /// 12 hex digits naming the instance in its cookie (names may be long and

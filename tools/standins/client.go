@@ -56,6 +56,9 @@ func runGet(args []string) error {
 	return nil
 }
 
+// stRdonly is ST_RDONLY of statfs(2)'s f_flags.
+const stRdonly = 0x1
+
 // runSelf reports the process's identity and privileges, read from the
 // kernel, so a test can assert on what the runtime really granted.
 func runSelf() error {
@@ -80,7 +83,13 @@ func runSelf() error {
 		f.Close()
 		os.Remove(f.Name())
 	}
+	// Mounted read-only, whoever asks (not only "this user may not write").
+	var fsStat syscall.Statfs_t
+	if err := syscall.Statfs("/", &fsStat); err != nil {
+		return fmt.Errorf("statfs /: %w", err)
+	}
 	out := map[string]any{
+		"rootReadOnly": fsStat.Flags&stRdonly != 0,
 		"uid":          os.Getuid(),
 		"gid":          os.Getgid(),
 		"groups":       fields["Groups"],

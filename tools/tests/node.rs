@@ -48,6 +48,10 @@ struct Node {
     private_image: String,
     private_auth: PathBuf,
     git_url: String,
+    oidc_issuer: String,
+    oidc_client_id: String,
+    oidc_secret_file: PathBuf,
+    oidc_queue_url: String,
 }
 
 static NODE: OnceLock<Node> = OnceLock::new();
@@ -66,6 +70,10 @@ fn node() -> &'static Node {
             private_image: value_of(&started, "TINYCODE_PRIVATE_IMAGE=").display().to_string(),
             private_auth: value_of(&started, "TINYCODE_PRIVATE_REGISTRY_AUTH="),
             git_url: value_of(&started, "TINYCODE_GIT_URL=").display().to_string(),
+            oidc_issuer: value_of(&started, "TINYCODE_OIDC_ISSUER_URL=").display().to_string(),
+            oidc_client_id: value_of(&started, "TINYCODE_OIDC_CLIENT_ID=").display().to_string(),
+            oidc_secret_file: value_of(&started, "TINYCODE_OIDC_CLIENT_SECRET_FILE="),
+            oidc_queue_url: value_of(&started, "TINYCODE_OIDC_QUEUE_URL=").display().to_string(),
         }
     })
 }
@@ -117,6 +125,20 @@ impl Node {
             .stdin(Stdio::null())
             .output()
             .expect("run kubectl")
+    }
+
+    /// `standin ARGS` in the tinycode container of `pod` (the stand-in image
+    /// has no shell).
+    fn standin(&self, ns: &str, pod: &str, args: &[&str]) -> Output {
+        let mut all = vec!["exec", "-n", ns, pod, "-c", "tinycode", "--", "/usr/local/bin/standin"];
+        all.extend_from_slice(args);
+        self.kubectl(&all)
+    }
+
+    fn standin_ok(&self, ns: &str, pod: &str, args: &[&str]) -> String {
+        let out = self.standin(ns, pod, args);
+        assert!(out.status.success(), "standin {args:?} in {ns}/{pod}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
     }
 
     fn kubectl_ok(&self, args: &[&str]) -> String {
@@ -270,8 +292,6 @@ async fn get_from_pod(
     password: Option<&str>,
     retry_for: Duration,
 ) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let name = format!("client-{}", CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let mut args = vec![
         "get".to_string(),
         "-timeout".into(),
@@ -283,6 +303,16 @@ async fn get_from_pod(
         args.extend(["-password".to_string(), p.to_string()]);
     }
     args.push(url.to_string());
+    let (phase, logs) = client_pod(node, client, ns, &args).await;
+    assert!(phase == "Succeeded" || logs.starts_with("unreachable"), "client pod {phase}: {logs}");
+    logs
+}
+
+/// Runs `standin ARGS` in a pod of `ns` that passes Pod Security's restricted
+/// profile, to its end: its phase and its output.
+async fn client_pod(node: &Node, client: &Client, ns: &str, args: &[String]) -> (String, String) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = format!("client-{}", CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": "node-test-client"}},
@@ -312,8 +342,7 @@ async fn get_from_pod(
     .await;
     let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
     let _ = pods.delete(&name, &DeleteParams::default().grace_period(0)).await;
-    assert!(phase == "Succeeded" || logs.starts_with("unreachable"), "client pod {phase}: {logs}");
-    logs
+    (phase, logs)
 }
 
 static CLIENTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -394,8 +423,7 @@ fn basic_instance_runs() -> Result<(), Failed> {
         assert!(without.starts_with("status 401"), "without the password: {without}");
 
         // What the runtime granted the agent, read from the kernel inside it.
-        let self_report =
-            node.kubectl_ok(&["exec", "-n", ns, &pod_name, "-c", "tinycode", "--", "/usr/local/bin/standin", "self"]);
+        let self_report = node.standin_ok(ns, &pod_name, &["self"]);
         let me: Value = serde_json::from_str(&self_report).unwrap();
         assert_eq!(me["uid"], 1001, "{me}");
         assert_eq!(me["capEff"], "0000000000000000", "no capabilities: {me}");
@@ -403,6 +431,13 @@ fn basic_instance_runs() -> Result<(), Failed> {
         assert_eq!(me["noNewPrivs"], "1", "{me}");
         assert_eq!(me["seccomp"], "2", "seccomp filter mode: {me}");
         assert_eq!(me["rootWritable"], false, "read-only root: {me}");
+        assert_eq!(me["rootReadOnly"], true, "the root filesystem is mounted read-only: {me}");
+        // What the agent may write outside its volumes: the pod's scratch.
+        for path in
+            ["/tmp/scratch-check", "/home/tinycode/.cache/scratch-check", "/home/tinycode/.local/state/scratch-check"]
+        {
+            node.standin_ok(ns, &pod_name, &["put-file", path, "x"]);
+        }
     });
     Ok(())
 }
@@ -484,19 +519,7 @@ fn data_survives_stop_start() -> Result<(), Failed> {
         let pod_name = pod.metadata.name.clone().unwrap();
         let marker = format!("written at {:?}", std::time::SystemTime::now());
         // Through the agent's own API, inside its pod (the workspace PVC).
-        let out = node.kubectl(&[
-            "exec",
-            "-n",
-            ns,
-            &pod_name,
-            "-c",
-            "tinycode",
-            "--",
-            "/usr/local/bin/standin",
-            "put-file",
-            "/projects/keep.txt",
-            &marker,
-        ]);
+        let out = node.standin(ns, &pod_name, &["put-file", "/projects/keep.txt", &marker]);
         assert!(out.status.success(), "writing into the workspace: {}", String::from_utf8_lossy(&out.stderr));
 
         let mut stopped = basic_instance("my-tinycode");
@@ -512,18 +535,7 @@ fn data_survives_stop_start() -> Result<(), Failed> {
         let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
         let new_name = pod.metadata.name.clone().unwrap();
         assert_ne!(new_name, pod_name, "a new pod after the start");
-        let read = node.kubectl_ok(&[
-            "exec",
-            "-n",
-            ns,
-            &new_name,
-            "-c",
-            "tinycode",
-            "--",
-            "/usr/local/bin/standin",
-            "cat",
-            "/projects/keep.txt",
-        ]);
+        let read = node.standin_ok(ns, &new_name, &["cat", "/projects/keep.txt"]);
         assert_eq!(read, marker, "the workspace kept the file across stop and start");
 
         // An operator upgrade: the same build under a new tag, installed over
@@ -548,18 +560,7 @@ fn data_survives_stop_start() -> Result<(), Failed> {
         wait_running(&client, ns, "my-tinycode").await;
         let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
         let name = pod.metadata.name.clone().unwrap();
-        let read = node.kubectl_ok(&[
-            "exec",
-            "-n",
-            ns,
-            &name,
-            "-c",
-            "tinycode",
-            "--",
-            "/usr/local/bin/standin",
-            "cat",
-            "/projects/keep.txt",
-        ]);
+        let read = node.standin_ok(ns, &name, &["cat", "/projects/keep.txt"]);
         assert_eq!(read, marker, "the workspace kept the file across an operator upgrade");
 
         // Deleted and created again: the PVCs stay and are used again.
@@ -577,18 +578,7 @@ fn data_survives_stop_start() -> Result<(), Failed> {
         wait_running(&client, ns, "my-tinycode").await;
         let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
         let name = pod.metadata.name.clone().unwrap();
-        let read = node.kubectl_ok(&[
-            "exec",
-            "-n",
-            ns,
-            &name,
-            "-c",
-            "tinycode",
-            "--",
-            "/usr/local/bin/standin",
-            "cat",
-            "/projects/keep.txt",
-        ]);
+        let read = node.standin_ok(ns, &name, &["cat", "/projects/keep.txt"]);
         assert_eq!(read, marker, "the re-created instance found the file on its kept volume");
     });
     Ok(())
@@ -617,6 +607,13 @@ fn network_policy_enforced() -> Result<(), Failed> {
         }
         let outside = get_from_pod(node, &client, other, &url, None, REFUSED).await;
         assert!(outside.starts_with("unreachable"), "from another namespace: {outside}");
+        // The activity report is the operator's alone: not from another
+        // namespace either (by the pod's address; no Service names the port).
+        let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
+        let ip = pod.status.and_then(|s| s.pod_ip).expect("the pod's address");
+        let activity = format!("http://{ip}:4097/activity");
+        let outside = get_from_pod(node, &client, other, &activity, None, REFUSED).await;
+        assert!(outside.starts_with("unreachable"), "the activity port from another namespace: {outside}");
 
         // Egress: the metadata stand-in answers a pod that no policy holds,
         // and not the instance (its policy excludes link-local addresses).
@@ -624,22 +621,11 @@ fn network_policy_enforced() -> Result<(), Failed> {
         let control = get_from_pod(node, &client, other, metadata, None, ALLOWED).await;
         assert!(control.contains("metadata stand-in"), "the stand-in answers unconfined pods: {control}");
         let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
-        let out = node.kubectl(&[
-            "exec",
-            "-n",
+        let out = node.standin(
             ns,
             pod.metadata.name.as_deref().unwrap(),
-            "-c",
-            "tinycode",
-            "--",
-            "/usr/local/bin/standin",
-            "get",
-            "-timeout",
-            "2s",
-            "-retry-for",
-            "8s",
-            metadata,
-        ]);
+            &["get", "-timeout", "2s", "-retry-for", "8s", metadata],
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.starts_with("unreachable"), "the instance reached the metadata address: {text}");
     });
@@ -824,6 +810,49 @@ fn status_names_pod_failures() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A rollout that makes no progress for the operator's progress deadline
+/// (`--progress-deadline-seconds`, set here as a cluster-admin would) is
+/// `Stalled`, said by the real Deployment controller and named with its
+/// cause; the instance is Failed, not Deploying forever.
+fn a_rollout_without_progress_stalls() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        set_manager_env(node, &["TINYCODE_PROGRESS_DEADLINE_SECONDS=15"]);
+        let ns = "node-stalled";
+        fresh_namespace(node, ns).await;
+        let mut crash = basic_instance("crash");
+        crash["spec"]["image"] = "quay.io/bjohns/tinycode-container:crash".into();
+        apply_instance(&client, ns, &crash).await;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        let status = wait_for("crash Stalled", WAIT, || {
+            let api = api.clone();
+            async move {
+                let status = api.get("crash").await.ok()?.data.get("status")?.clone();
+                let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+                let stalled = condition(&conditions, "Stalled")?.clone();
+                (stalled["status"] == "True").then_some(status)
+            }
+        })
+        .await;
+        assert_eq!(status["phase"], "Failed", "{status}");
+        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+        let stalled = condition(&conditions, "Stalled").unwrap();
+        assert_eq!(stalled["reason"], "ProgressDeadlineExceeded", "{stalled}");
+        let message = stalled["message"].as_str().unwrap_or_default();
+        assert!(message.contains("stopped making progress") && message.contains("container tinycode"), "{message}");
+        assert_eq!(condition(&conditions, "Ready").unwrap()["reason"], "CrashLoop", "{status}");
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
+        let d = deployments.get("crash-tinycode").await.unwrap();
+        assert_eq!(d.spec.progress_deadline_seconds, Some(15));
+        let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+        set_manager_env(node, &["TINYCODE_PROGRESS_DEADLINE_SECONDS-"]);
+    });
+    Ok(())
+}
+
 /// Idle stop judged from the stand-in's real `/activity`, read by the
 /// operator's pod through the Service and the NetworkPolicy: a busy agent
 /// keeps running past its timeout; once it is idle, it stops.
@@ -859,22 +888,7 @@ fn idle_stop_from_real_activity() -> Result<(), Failed> {
         let pod_name = pod.metadata.name.clone().unwrap();
         let busy = |value: &'static str| {
             let url = format!("http://127.0.0.1:4096/busy?busy={value}");
-            let out = node.kubectl(&[
-                "exec",
-                "-n",
-                ns,
-                &pod_name,
-                "-c",
-                "tinycode",
-                "--",
-                "/usr/local/bin/standin",
-                "get",
-                "-method",
-                "POST",
-                "-password",
-                PASSWORD,
-                &url,
-            ]);
+            let out = node.standin(ns, &pod_name, &["get", "-method", "POST", "-password", PASSWORD, &url]);
             let text = String::from_utf8_lossy(&out.stdout).to_string();
             assert!(text.starts_with("status 204"), "setting busy={value}: {text}");
         };
@@ -948,9 +962,7 @@ fn git_init_container_clones() -> Result<(), Failed> {
         let done = clone.state.as_ref().and_then(|s| s.terminated.as_ref()).expect("the init container finished");
         assert_eq!(done.exit_code, 0, "{clone:?}");
         let name = pod.metadata.name.clone().unwrap();
-        let read = |path: &str| {
-            node.kubectl_ok(&["exec", "-n", ns, &name, "-c", "tinycode", "--", "/usr/local/bin/standin", "cat", path])
-        };
+        let read = |path: &str| node.standin_ok(ns, &name, &["cat", path]);
         assert_eq!(read("/projects/README.md"), "cloned by the git init container\n");
         assert_eq!(read("/projects/.git/HEAD"), "ref: refs/heads/main\n", "a checkout of the branch asked for");
         let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
@@ -999,20 +1011,8 @@ fn bundled_ollama_counts_toward_ready() -> Result<(), Failed> {
 
         // tinycode reaches its Ollama by the URL the chart gives it.
         let server = server_pods(&client, ns, "models").await[0].metadata.name.clone().unwrap();
-        let models = node.kubectl_ok(&[
-            "exec",
-            "-n",
-            ns,
-            &server,
-            "-c",
-            "tinycode",
-            "--",
-            "/usr/local/bin/standin",
-            "get",
-            "-retry-for",
-            "25s",
-            "http://models-ollama:11434/v1/models",
-        ]);
+        let models =
+            node.standin_ok(ns, &server, &["get", "-retry-for", "25s", "http://models-ollama:11434/v1/models"]);
         assert!(models.starts_with("status 200") && models.contains("qwen-standin:1b"), "{models}");
 
         let ready = wait_reason(&client, ns, "bad-model", "CrashLoop").await;
@@ -1020,6 +1020,154 @@ fn bundled_ollama_counts_toward_ready() -> Result<(), Failed> {
         assert!(message.contains("container ollama"), "{message}");
         assert!(message.contains("could not pull model missing-model"), "its last words name the model: {message}");
         let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+    });
+    Ok(())
+}
+
+/// `kubectl set env` on the manager's Deployment (`NAME=value`, or `NAME-`
+/// to remove), as a cluster-admin changes a setting, and waits out the rollout.
+fn set_manager_env(node: &Node, vars: &[&str]) {
+    let deployment = "deployment/tinycode-operator-manager";
+    let mut args = vec!["set", "env", deployment, "-n", OPERATOR_NS];
+    args.extend_from_slice(vars);
+    node.kubectl_ok(&args);
+    node.kubectl_ok(&["rollout", "status", deployment, "-n", OPERATOR_NS, "--timeout=180s"]);
+}
+
+/// A browser signing `email` in to the instance at `host` (its Service
+/// `service`) through the node's OIDC provider, from a pod of `ns`: the
+/// stand-in's report (every hop, the last status and body).
+async fn sign_in_from_pod(node: &Node, client: &Client, ns: &str, service: &str, host: &str, email: &str) -> Value {
+    let args: Vec<String> =
+        ["signin", "-service", service, "-host", host, "-queue", &node.oidc_queue_url, "-email", email]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let (phase, logs) = client_pod(node, client, ns, &args).await;
+    assert_eq!(phase, "Succeeded", "signing {email} in: {logs}");
+    serde_json::from_str(logs.trim()).unwrap_or_else(|e| panic!("the sign-in report ({e}): {logs}"))
+}
+
+/// Sign-in (auth.mode oidc) in one real pod: oauth2-proxy (the real binary,
+/// pulled under the operator's default image name), the gate (the operator's
+/// image) and the tinycode stand-in, each Ready by its own probe; the OIDC
+/// provider in the node's network; the operator's relay (in its pod, behind
+/// its Service and NetworkPolicy) redeeming codes with the client secret only
+/// it holds. The cluster-admin's steps are README's (Sign-in). The namespace's
+/// admin gets through to tinycode, a viewer is refused.
+fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let _ = node.kubectl(&["delete", "secret", "tinycode-operator-oidc", "-n", OPERATOR_NS, "--ignore-not-found"]);
+        node.kubectl_ok(&[
+            "create",
+            "secret",
+            "generic",
+            "tinycode-operator-oidc",
+            "-n",
+            OPERATOR_NS,
+            &format!("--from-file=client-secret={}", node.oidc_secret_file.display()),
+        ]);
+        set_manager_env(
+            node,
+            &[
+                &format!("TINYCODE_OIDC_ISSUER_URL={}", node.oidc_issuer),
+                &format!("TINYCODE_OIDC_CLIENT_ID={}", node.oidc_client_id),
+            ],
+        );
+
+        let ns = "node-signin";
+        fresh_namespace(node, ns).await;
+        node.kubectl_ok(&[
+            "create",
+            "rolebinding",
+            "alice-admin",
+            "--clusterrole=admin",
+            "--user=alice@example.com",
+            "-n",
+            ns,
+        ]);
+        node.kubectl_ok(&[
+            "create",
+            "rolebinding",
+            "carol-view",
+            "--clusterrole=view",
+            "--user=carol@example.com",
+            "-n",
+            ns,
+        ]);
+        let mut instance = basic_instance("dev");
+        instance["spec"]["auth"] = json!({"mode": "oidc"});
+        instance["spec"]["tlsTermination"] = json!("edge");
+        // The Ingress's host (the node has no router; the browser below goes
+        // to the Service with this host, as an ingress controller would).
+        instance["spec"]["hostname"] = json!("dev.node-signin.apps.tinycode.test");
+        apply_instance(&client, ns, &instance).await;
+        wait_running(&client, ns, "dev").await;
+        // No router runs on the node: on the OpenShift platform the test
+        // admits the Route as one would (on Kubernetes the Ingress's host is
+        // the URL at once, and there is no Route to admit).
+        let host = "dev.node-signin.apps.tinycode.test";
+        let _ = tinycode_tools::devcluster::admit_route(&client, ns, "dev-tinycode", host).await;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        let url = wait_for("status.url", WAIT, || {
+            let api = api.clone();
+            async move { api.get("dev").await.ok()?.data["status"]["url"].as_str().map(str::to_string) }
+        })
+        .await;
+        assert_eq!(url, format!("https://{host}"), "the instance's URL");
+        let host = host.to_string();
+
+        // One pod, three containers, each Ready by its own probe.
+        let pods = server_pods(&client, ns, "dev").await;
+        assert_eq!(pods.len(), 1, "one server pod");
+        let containers = pods[0].status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+        let mut ready: Vec<(String, bool)> = containers.iter().map(|c| (c.name.clone(), c.ready)).collect();
+        ready.sort();
+        assert_eq!(
+            ready,
+            [("gate".to_string(), true), ("signin-proxy".to_string(), true), ("tinycode".to_string(), true)],
+            "{containers:?}"
+        );
+        let proxy = containers.iter().find(|c| c.name == "signin-proxy").unwrap();
+        assert!(
+            proxy.image.ends_with("oauth2-proxy/oauth2-proxy:v7.15.6"),
+            "the operator's default proxy image: {}",
+            proxy.image
+        );
+
+        let service = format!("http://{}.{ns}.svc.cluster.local:4096", ui_service(&client, ns, "dev").await);
+        // The namespace's admin (tinycode-user-role by aggregation, so `use`)
+        // is sent to the provider, back to the instance's own callback, and
+        // through the gate to tinycode, which got the password from the gate.
+        let alice = sign_in_from_pod(node, &client, ns, &service, &host, "alice@example.com").await;
+        let hops = alice["hops"].as_array().cloned().unwrap_or_default();
+        let first = hops.first().cloned().unwrap_or_default();
+        assert_eq!(first["status"], 302, "no session yet: {alice}");
+        let to_provider = first["location"].as_str().unwrap_or_default();
+        assert!(to_provider.starts_with(&format!("{}/authorize", node.oidc_issuer)), "sent to the provider: {alice}");
+        let callback = format!("redirect_uri=https%3A%2F%2F{}%2Foauth2%2Fcallback", host.replace(':', "%3A"));
+        assert!(to_provider.contains(&callback), "with the instance's own callback: {alice}");
+        assert!(
+            hops.iter()
+                .any(|h| h["url"].as_str().unwrap_or_default().starts_with(&format!("https://{host}/oauth2/callback"))),
+            "the provider sent the browser back to the instance: {alice}"
+        );
+        assert_eq!(alice["status"], 200, "alice is through: {alice}");
+        let body = alice["body"].as_str().unwrap_or_default();
+        assert!(body.contains("<title>tinycode stand-in</title>"), "tinycode answered alice: {alice}");
+
+        // A viewer signs in and is refused by the gate.
+        let carol = sign_in_from_pod(node, &client, ns, &service, &host, "carol@example.com").await;
+        assert_eq!(carol["status"], 403, "carol (view) is refused: {carol}");
+        assert!(!carol["body"].as_str().unwrap_or_default().contains("tinycode stand-in"), "{carol}");
+
+        // The operator as it was, for the scenarios after this one.
+        let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+        set_manager_env(node, &["TINYCODE_OIDC_ISSUER_URL-", "TINYCODE_OIDC_CLIENT_ID-"]);
     });
     Ok(())
 }
@@ -1039,9 +1187,11 @@ fn main() {
         ("operator_network_policy_enforced", operator_network_policy_enforced),
         ("pull_secrets", pull_secrets),
         ("status_names_pod_failures", status_names_pod_failures),
+        ("a_rollout_without_progress_stalls", a_rollout_without_progress_stalls),
         ("idle_stop_from_real_activity", idle_stop_from_real_activity),
         ("git_init_container_clones", git_init_container_clones),
         ("bundled_ollama_counts_toward_ready", bundled_ollama_counts_toward_ready),
+        ("oidc_sign_in_on_a_pod", oidc_sign_in_on_a_pod),
         ("namespace_deletion_completes", namespace_deletion_completes),
         ("run_local_main_job", run_local_main_job),
     ];

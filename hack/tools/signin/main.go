@@ -1,6 +1,7 @@
 // Command mockoidc-server runs github.com/oauth2-proxy/mockoidc as a process,
 // a real (if minimal) OIDC provider for the sign-in tests. It listens on
-// loopback only, prints one JSON line with its endpoints once ready, and stops
+// loopback only (or, for the local node, inside its network namespace on an
+// address of 198.18.0.0/15), prints one JSON line with its endpoints once ready, and stops
 // on SIGTERM, SIGINT or when its stdin closes (so it dies with the test that
 // spawned it; pass -watch-stdin=false when stdin is /dev/null).
 //
@@ -38,6 +39,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -76,8 +78,8 @@ type queuedUser struct {
 }
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:0", "loopback address of the OIDC endpoints")
-	adminListen := flag.String("admin-listen", "127.0.0.1:0", "loopback address of the admin endpoint")
+	listen := flag.String("listen", "127.0.0.1:0", "address of the OIDC endpoints (loopback, or the local node's network)")
+	adminListen := flag.String("admin-listen", "127.0.0.1:0", "address of the admin endpoint (loopback, or the local node's network)")
 	clientID := flag.String("client-id", "tinycode", "the one client's id")
 	clientSecret := flag.String("client-secret", "tinycode-secret", "the one client's secret")
 	publicClient := flag.Bool("public-client", false, "accept token requests without client_secret")
@@ -92,8 +94,8 @@ func main() {
 		return
 	}
 
-	ln := listenLoopback(*listen)
-	adminLn := listenLoopback(*adminListen)
+	ln := listenLocal(*listen)
+	adminLn := listenLocal(*adminListen)
 
 	m, err := mockoidc.NewServer(nil) // a fresh RSA key per run
 	if err != nil {
@@ -148,11 +150,17 @@ func main() {
 	_ = m.Shutdown()
 }
 
-// listenLoopback listens on addr, which must be a loopback IP and port.
-func listenLoopback(addr string) net.Listener {
+// nodeRange is the local node's network (hack/lib/node.sh): addresses that
+// exist only inside the network namespace the node's script creates.
+var nodeRange = netip.MustParsePrefix("198.18.0.0/15")
+
+// listenLocal listens on addr, which must be a loopback IP and port or one in
+// the local node's network.
+func listenLocal(addr string) net.Listener {
 	host, _, err := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		log.Fatalf("%q is not a loopback IP:port", addr)
+	ip, perr := netip.ParseAddr(host)
+	if err != nil || perr != nil || !(ip.IsLoopback() || nodeRange.Contains(ip)) {
+		log.Fatalf("%q is neither a loopback IP:port nor one in the local node's network %s", addr, nodeRange)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -149,13 +149,16 @@ seccompProfile:
 
 {{/*
 Container security context: no privilege escalation, not privileged, non-root,
-ALL capabilities dropped; SYS_PTRACE added back only when "shell" is true.
-Call with (dict "shell" true|false).
+a read-only root filesystem (what a container writes goes to its volumes: the
+data and projects volumes, and the pod's scratch emptyDir at /tmp and the
+XDG cache and state directories), ALL capabilities dropped; SYS_PTRACE added
+back only when "shell" is true. Call with (dict "shell" true|false).
 */}}
 {{- define "tinycode.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 privileged: false
 runAsNonRoot: true
+readOnlyRootFilesystem: true
 capabilities:
   drop:
     - ALL

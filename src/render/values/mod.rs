@@ -48,6 +48,9 @@ pub struct Values {
     pub replicas: i32,
     /// spec.stopped: every workload runs zero replicas; nothing else changes.
     pub stopped: bool,
+    /// The Deployments' progressDeadlineSeconds (`--progress-deadline-seconds`).
+    #[schemars(range(min = 10, max = 86400))]
+    pub progress_deadline_seconds: u64,
     pub resources: ResourcesValues,
     pub storage: StorageValues,
     pub hostname: String,
@@ -130,6 +133,7 @@ pub fn build(
         secret_env: SecretEnvValues::of(spec),
         replicas: spec.replicas,
         stopped: spec.stopped || approved.idle_stopped,
+        progress_deadline_seconds: settings.progress_deadline.as_secs(),
         resources: ResourcesValues::of(spec.resources.as_ref(), &approved.class.tinycode_extended),
         storage: StorageValues::of(&spec.storage, spec.replicas),
         hostname: spec.hostname.clone().unwrap_or_default(),
@@ -179,6 +183,15 @@ pub fn hash(values: &Values, rendering: &str) -> String {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+/// HMAC-SHA256 of `bytes` under `key`, in hex: a digest for places tenants
+/// read, which only the key's holder can compute (`ops::digest_key`).
+pub fn keyed_hex(key: &[u8], bytes: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(bytes);
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// The chart's `values.schema.json`, generated from [`Values`].

@@ -39,6 +39,7 @@ fn json_uses_spec_names_and_has_every_key() {
         "names",
         "valuesHash",
         "secretsChecksum",
+        "progressDeadlineSeconds",
         "image",
         "replicas",
         "resources",

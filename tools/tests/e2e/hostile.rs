@@ -33,6 +33,102 @@ async fn replicas(c: &Client, ns: &str, deployment: &str) -> Result<Option<i32>,
     Ok(Api::<Deployment>::namespaced(c.clone(), ns).get(deployment).await.ctx("deployment")?.spec.replicas)
 }
 
+/// A viewer of a namespace reads its instances' pod templates. Their
+/// `checksum/secrets` is keyed with the operator's own key, so a guessed
+/// password (here the right one) cannot be tested against it offline; a
+/// changed password still changes it (the pods roll).
+pub async fn tenant_viewer_cannot_test_passwords_against_the_pod_template(env: &mut Env) -> TestResult {
+    use k8s_openapi::api::core::v1::Secret;
+    use tinycode_operator::ops::digest_key;
+    use tinycode_operator::reconcile::observe::secret_digest;
+    use tinycode_operator::render::values::sha256_hex;
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "digest").await?;
+    let ns = alice.ns.clone();
+    env.kubectl(&["create", "rolebinding", "carol-view", "--clusterrole=view", "--user=carol", "-n", &ns])?;
+    super::deploy(env, &alice.client, &ns, "dev", json!({})).await?;
+    let carol = env.client_as("carol").await;
+    let deployments: Api<Deployment> = Api::namespaced(carol.clone(), &ns);
+    let checksum = || async {
+        let d = deployments.get(&naming::fullname("dev")).await.ctx("carol reads the Deployment")?;
+        let annotations = d.spec.template.metadata.and_then(|m| m.annotations).unwrap_or_default();
+        annotations.get("checksum/secrets").cloned().ok_or_else(|| "no checksum/secrets".to_string())
+    };
+    let seen = checksum().await?;
+    // The password Secret the pod mounts (the namespace's, or the one the
+    // operator generated).
+    let d = Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::fullname("dev")).await.ctx("deployment")?;
+    let pod = d.spec.template.spec.ok_or("no pod spec")?;
+    let env_ref =
+        pod.containers.iter().flat_map(|c| c.env.iter().flatten()).find(|e| e.name == "TINYCODE_SERVER_PASSWORD");
+    let secret_name = env_ref
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .map(|r| r.name.clone())
+        .ok_or("no password Secret in the pod")?;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let password = secrets.get(&secret_name).await.ctx("the password Secret")?;
+    // What anyone could compute from a guess, were the digest unkeyed.
+    let guessed = secret_digest(&password);
+    ensure(!seen.is_empty(), "the pod template carries a checksum")?;
+    for unkeyed in [sha256_hex(guessed.as_bytes()), guessed.clone()] {
+        ensure(seen != unkeyed, "the checksum is the unkeyed digest of the password: a guess can be tested")?;
+    }
+    // The key is the operator's alone.
+    for tenant in [&alice.client, &carol] {
+        let read = Api::<Secret>::namespaced(tenant.clone(), OPERATOR_NAMESPACE).get(digest_key::SECRET_NAME).await;
+        ensure(matches!(read, Err(kube::Error::Api(ref s)) if s.code == 403), "a tenant read the digest key")?;
+    }
+    // A new password still rolls the pods: the checksum follows it.
+    let patch = json!({"stringData": {"TINYCODE_SERVER_PASSWORD": "a-new-password-for-dev"}});
+    secrets
+        .patch(&secret_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .ctx("rotate the password")?;
+    super::tenancy::poke(&admin, &ns, "dev", 1).await?;
+    wait_for("checksum/secrets to follow the new password", WAIT, || async {
+        let now = checksum().await?;
+        Ok((now != seen).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// A namespace nobody prepared, with alice as its admin: her client.
+async fn unprepared_namespace_of_alice(env: &Env, admin: &Client, ns: &str) -> Result<Client, String> {
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .ctx("namespace")?;
+    env.kubectl(&["create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice", "-n", ns])?;
+    Ok(env.client_as("alice").await)
+}
+
+/// A tenant whose instances cannot run (here: a namespace nobody prepared)
+/// makes the operator write one Warning event per namespace and reason a
+/// window, however many instances fail (and however often they requeue:
+/// `noise.rs`'s test); each instance's status still says why.
+pub async fn tenant_failures_write_few_events(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let ns = env.ns("noise");
+    let alice = unprepared_namespace_of_alice(env, &admin, &ns).await?;
+    let names: Vec<String> = (0..6).map(|i| format!("dev{i}")).collect();
+    for name in &names {
+        apply_instance(&alice, &ns, name, json!({})).await.ctx("apply as alice")?;
+    }
+    for name in &names {
+        failed_with(&admin, &ns, name, "NamespaceNotPrepared").await?;
+    }
+    let events = events_with_reason(&admin, &ns, "NamespaceNotPrepared").await?;
+    let series: i32 = events.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
+    ensure_eq(
+        (events.len(), series),
+        (1, 1),
+        "NamespaceNotPrepared events (and their repeats) for 6 failing instances",
+    )?;
+    Ok(())
+}
+
 /// Attack: a tenant binds the operator's ServiceAccount as `admin` in their
 /// own namespace (RBAC allows it: they hold admin there). Without the
 /// cluster-admin's preparation label nothing is granted or installed; the
@@ -40,12 +136,7 @@ async fn replicas(c: &Client, ns: &str, deployment: &str) -> Result<Option<i32>,
 pub async fn tenant_binding_the_operator_prepares_nothing(env: &mut Env) -> TestResult {
     let admin = env.client().await;
     let ns = env.ns("selfprep-a");
-    Api::<Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
-        .await
-        .ctx("namespace")?;
-    env.kubectl(&["create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice", "-n", &ns])?;
-    let alice = env.client_as("alice").await;
+    let alice = unprepared_namespace_of_alice(env, &admin, &ns).await?;
     let binding: RoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "tinycode-operator-admin"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},

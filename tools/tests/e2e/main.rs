@@ -183,6 +183,8 @@ fn main() {
         tenant_instances_are_closed_by_default,
         tenant_deletion_completes_without_the_operators_rights,
         tenant_binding_the_operator_prepares_nothing,
+        tenant_failures_write_few_events,
+        tenant_viewer_cannot_test_passwords_against_the_pod_template,
         tenant_cannot_keep_grants_by_suspending_or_breaking_the_spec,
         tenant_input_cannot_exhaust_the_operator,
         another_namespaces_admin_cannot_hold_an_instance_hostage,

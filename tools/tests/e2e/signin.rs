@@ -66,9 +66,22 @@ async fn request(
     path: &str,
     headers: &[(&str, String)],
 ) -> Result<(u16, Vec<(String, String)>, String), String> {
+    request_with("GET", port, path, headers).await
+}
+
+/// One bodiless HTTP/1.0 `method` request on loopback: (status, headers, body).
+async fn request_with(
+    method: &str,
+    port: u16,
+    path: &str,
+    headers: &[(&str, String)],
+) -> Result<(u16, Vec<(String, String)>, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect")?;
-    let mut head = format!("GET {path} HTTP/1.0\r\n");
+    let mut head = format!("{method} {path} HTTP/1.0\r\n");
+    if method != "GET" {
+        head.push_str("Content-Length: 0\r\n");
+    }
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
     }
@@ -125,6 +138,16 @@ struct Front {
 
 impl Front {
     async fn get(&self, path: &str, jar: &Jar) -> Result<(u16, Vec<(String, String)>, String), String> {
+        self.send("GET", path, jar, &[]).await
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        jar: &Jar,
+        extra: &[(&'static str, String)],
+    ) -> Result<(u16, Vec<(String, String)>, String), String> {
         let mut headers = vec![
             ("Host", self.host.clone()),
             ("X-Forwarded-Host", self.host.clone()),
@@ -133,7 +156,8 @@ impl Front {
         if !jar.0.is_empty() {
             headers.push(("Cookie", jar.header()));
         }
-        request(self.port, path, &headers).await
+        headers.extend(extra.iter().cloned());
+        request_with(method, self.port, path, &headers).await
     }
 }
 
@@ -182,8 +206,9 @@ async fn queue_user(port: u16, path: &str, body: &str) -> TestResult {
     ensure(buf.starts_with("HTTP/1.0 2") || buf.starts_with("HTTP/1.1 2"), format!("queue user: {buf}"))
 }
 
-/// What reached the stand-in tinycode server: (path, Authorization header).
-type Seen = Arc<Mutex<Vec<(String, String)>>>;
+/// What reached the stand-in tinycode server: (path, Authorization header,
+/// Cookie header).
+type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
 
 async fn standin_tinycode() -> Result<(u16, Seen, tokio::task::JoinHandle<()>), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -205,12 +230,13 @@ async fn standin_tinycode() -> Result<(u16, Seen, tokio::task::JoinHandle<()>), 
                 }
                 let text = String::from_utf8_lossy(&buf).to_string();
                 let path = text.split_whitespace().nth(1).unwrap_or_default().to_string();
-                let auth = text
-                    .lines()
-                    .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("authorization")))
-                    .map(|(_, v)| v.trim().to_string())
-                    .unwrap_or_default();
-                record.lock().unwrap().push((path, auth));
+                let header = |name: &str| {
+                    text.lines()
+                        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)))
+                        .map(|(_, v)| v.trim().to_string())
+                        .unwrap_or_default()
+                };
+                record.lock().unwrap().push((path, header("authorization"), header("cookie")));
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntinycode").await;
             });
         }
@@ -429,9 +455,30 @@ async fn signed_in(
                 .encode(format!("tinycode:{}", String::from_utf8_lossy(&password)))
         );
         ensure(
-            seen.lock().unwrap().iter().any(|(p, a)| p == "/session" && *a == basic),
+            seen.lock().unwrap().iter().any(|(p, a, _)| p == "/session" && *a == basic),
             "tinycode got the password from the gate",
         )?;
+        // The proxy's session (alice's tokens from the provider) stays with
+        // the proxy; tinycode's own cookies pass.
+        ensure(alice_jar.0.keys().any(|k| k.starts_with("_tinycode_")), "alice holds the proxy's session cookie")?;
+        let mut with_own = alice_jar.clone();
+        with_own.0.insert("tinycode-ui".into(), "dark".into());
+        let (status, _, _) = front.get("/cookies", &with_own).await?;
+        ensure_eq(status, 200, "alice with a cookie of tinycode's")?;
+        let cookies = seen.lock().unwrap().iter().rev().find(|(p, _, _)| p == "/cookies").map(|(_, _, c)| c.clone());
+        ensure_eq(cookies.as_deref(), Some("tinycode-ui=dark"), "the cookies tinycode got")?;
+
+        // A page on a sibling instance (same site, another origin) writes in
+        // alice's name: refused by the gate, nothing reaches tinycode.
+        let before = seen.lock().unwrap().len();
+        let sibling = [("Origin", format!("https://sibling-{}", host)), ("Sec-Fetch-Site", "same-site".to_string())];
+        let (status, _, body) = front.send("POST", "/session/abc/message", &alice_jar, &sibling).await?;
+        ensure_eq(status, 403, &format!("a cross-site POST in alice's name: {body}"))?;
+        ensure(body.contains("another site"), format!("the refusal says why: {body}"))?;
+        ensure_eq(seen.lock().unwrap().len(), before, "requests that reached tinycode from the sibling's page")?;
+        let own = [("Origin", format!("https://{host}")), ("Sec-Fetch-Site", "same-origin".to_string())];
+        let (status, _, _) = front.send("POST", "/session/abc/message", &alice_jar, &own).await?;
+        ensure_eq(status, 200, "alice's own page writes")?;
 
         // A teammate with tinycode-instance-user gets in.
         let bob_jar = sign_in(&front, admin_url, "bob@example.com").await?;
@@ -468,6 +515,20 @@ async fn signed_in(
         ensure_eq(forged, 401, "alice's credential for another instance")?;
         let own_wrong_secret = relay_post(relay_port, &format!("/oidc/token/{ns}/dev"), CLIENT_SECRET).await?;
         ensure_eq(own_wrong_secret, 401, "the raw client secret is not a credential either")?;
+        // With her own credential: a refresh token the relay never handed to
+        // this instance is refused (it could be another instance's), and so is
+        // any field given twice (the provider might act on the copy the relay
+        // did not check).
+        let own = format!("/oidc/token/{ns}/dev");
+        let unattributed = relay_post(relay_port, &own, &credential).await?;
+        ensure_eq(unattributed, 400, "a refresh token the relay did not hand to this instance")?;
+        let cred = credential.replace('.', "%2E");
+        for twice in [
+            format!("grant_type=refresh_token&refresh_token=x&grant_type=client_credentials&client_id={CLIENT_ID}&client_secret={cred}"),
+            format!("grant_type=authorization_code&code=c&redirect_uri=https%3A%2F%2F{host}%2Foauth2%2Fcallback&redirect_uri=https%3A%2F%2Fevil.example.com%2Fcb&client_id={CLIENT_ID}&client_secret={cred}"),
+        ] {
+            ensure_eq(relay_post_form(relay_port, &own, &twice).await?, 400, &format!("a repeated field: {twice}"))?;
+        }
 
         // Idle stop judged by the requests the gate lets through: alice's
         // requests keep the instance running past its timeout; once they
@@ -535,11 +596,16 @@ async fn signed_in(
 
 /// A token request at the relay with `credential` as client secret: the status.
 async fn relay_post(port: u16, path: &str, credential: &str) -> Result<u16, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = format!(
         "grant_type=refresh_token&refresh_token=x&client_id={CLIENT_ID}&client_secret={}",
         credential.replace('.', "%2E")
     );
+    relay_post_form(port, path, &body).await
+}
+
+/// A token request at the relay with the form `body`: the status.
+async fn relay_post_form(port: u16, path: &str, body: &str) -> Result<u16, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect relay")?;
     let req = format!(
         "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
