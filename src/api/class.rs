@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -96,6 +97,13 @@ pub struct TinycodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100000))]
     pub max_instances_per_namespace: Option<i32>,
+
+    /// The namespaces whose instances may use the class, by their labels
+    /// (which only a cluster-admin sets). Unset: every namespace. An
+    /// instance elsewhere naming it, or naming no class when it is the
+    /// default, is refused (ClassNotPermitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 
     /// Secrets (in each instance's namespace) for pulling the class's images
     /// from a private registry; added to the instance's own spec.imagePullSecrets.

@@ -22,6 +22,7 @@ pub mod discover;
 pub mod error;
 pub mod execute;
 pub mod helm_run;
+pub mod hosts;
 pub mod idle;
 pub mod kubeconfig;
 pub mod marks;

@@ -86,6 +86,8 @@ pub struct Observed {
     pub secret_digests: BTreeMap<String, String>,
     /// The vLLM providers' API keys, by provider name (sent by the probe only).
     pub api_keys: BTreeMap<String, String>,
+    /// Other instances' claims on the host spec.hostname names.
+    pub host_claims: Vec<crate::reconcile::hosts::Claim>,
 }
 
 impl Observed {
@@ -172,6 +174,9 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
         ..Default::default()
     };
     (o.class, o.class_rank) = class_of(ctx, inst);
+    if let Some(host) = crate::reconcile::hosts::wanted(inst) {
+        o.host_claims = crate::reconcile::hosts::others(&ctx.stores.instances.state(), inst, &host);
+    }
     // A namespace that did not opt in, or is not prepared, is all validate
     // needs to know (and its Secrets would be refused anyway).
     if let Some((key, value)) = &ctx.settings.required_namespace_label

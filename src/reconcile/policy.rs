@@ -241,10 +241,11 @@ pub fn apply(
     // The bundled Ollama.
     let ollama = class.ollama.clone().unwrap_or_default();
     if spec.ollama.enabled {
-        let lists = match &spec.ollama.resources {
+        let mut lists = match &spec.ollama.resources {
             Some(own) => own.clone(),
             None => ollama.defaults.clone().unwrap_or_default(),
         };
+        bound_limits(&mut lists, &ollama);
         cap("spec.ollama.resources", &lists, &ollama, &format!("{of} (ollama.max)"), &mut exceeds);
         effective.ollama.resources = (!lists.requests.is_empty() || !lists.limits.is_empty()).then_some(lists);
         merge_placement(
@@ -320,6 +321,25 @@ pub fn apply(
         idle: idle_settings(class.idle.as_ref(), &settings.idle),
         warnings,
     })
+}
+
+/// Under a class's `max`, a resource it caps always has a limit: without
+/// one the container could use the whole node whatever `max` says. A limit
+/// the spec leaves out is the class's default limit, unless that is below
+/// the request (a pod the apiserver would refuse); then the class's `max`.
+fn bound_limits(lists: &mut ResourceLists, policy: &WorkloadPolicy) {
+    let defaults = policy.defaults.clone().unwrap_or_default();
+    for (resource, max) in &policy.max {
+        if lists.limits.contains_key(resource) {
+            continue;
+        }
+        let request = lists.requests.get(resource).and_then(|r| parse_quantity(r));
+        let limit = match defaults.limits.get(resource) {
+            Some(d) if parse_quantity(d).zip(request).is_none_or(|(d, r)| d >= r) => d.clone(),
+            _ => max.clone(),
+        };
+        lists.limits.insert(resource.clone(), limit);
+    }
 }
 
 /// Every request and limit within the class's `max`; extended resources

@@ -275,3 +275,26 @@ fn a_stricter_class_withdraws_what_it_no_longer_permits() {
         vec![Withdraw::SccGrant(SccTier::Shell), Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy]
     );
 }
+
+#[test]
+fn under_a_cap_every_capped_resource_has_a_limit() {
+    let class = found("gpu", gpu_class());
+    let settings = Settings::default();
+    let limits = |resources: serde_json::Value| {
+        let s = spec(json!({"ollama": {"enabled": true, "resources": resources}}));
+        apply(&class, &s, &settings, 0).expect("within the class").spec.ollama.resources.unwrap().limits
+    };
+    // Requests only: the class's default limits, which are above them.
+    let l = limits(json!({"requests": {"memory": "1Gi"}}));
+    assert_eq!((l["memory"].as_str(), l["nvidia.com/gpu"].as_str()), ("16Gi", "1"));
+    // A request above the default limit: the class's max (a limit below a request is no pod).
+    let l = limits(json!({"requests": {"memory": "20Gi"}}));
+    assert_eq!(l["memory"], "32Gi");
+    // The spec's own limits stay (and are capped as before).
+    let l = limits(json!({"limits": {"memory": "8Gi"}}));
+    assert_eq!(l["memory"], "8Gi");
+    // No class cap, no invented limit.
+    let s = spec(json!({"ollama": {"enabled": true, "resources": {"requests": {"memory": "1Gi"}}}}));
+    let none = apply(&Choice::None, &s, &settings, 0).unwrap().spec.ollama.resources.unwrap();
+    assert!(none.limits.is_empty());
+}

@@ -30,8 +30,12 @@ pub enum Blocked {
     ExceedsPolicy,
     /// spec.className names no TinycodeClass.
     ClassNotFound,
+    /// The class (named, or the default) is not for this namespace (its namespaceSelector).
+    ClassNotPermitted,
     /// A Secret the spec names (imagePullSecrets, env, apiKeySecret) is missing.
     SecretReferenceMissing,
+    /// spec.hostname is served by, or was asked for earlier by, another instance.
+    HostnameTaken,
     ReleaseRecordUnreadable,
     HelmOperationPending,
     FinalizerError,

@@ -134,8 +134,14 @@ pub fn validate(
         return offline(observed, inst, tier, settings, warnings, applied);
     }
     let labels = observed.namespace_labels.clone().unwrap_or_default();
+    class_permitted(&observed.class, spec, &labels, &ns, settings.platform.cli())?;
     let host_path_writable = spec.storage.host_path.as_ref().is_some_and(|h| !h.read_only);
     namespace_gates(observed, host_path_writable, settings, &ns, tier, &labels)?;
+    if let Some(host) = crate::reconcile::hosts::wanted(inst) {
+        let me = crate::reconcile::hosts::claim_of(inst, &host);
+        crate::reconcile::hosts::check(&host, &me, &observed.host_claims)
+            .map_err(|message| blocked(Blocked::HostnameTaken, message))?;
+    }
     let cluster_role = approval::cluster_role(
         settings.platform.cli(),
         &ns,
@@ -268,6 +274,33 @@ pub fn class_policy(
         let message = exceeds.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
         blocked(reason, message)
     })
+}
+
+/// Whether the class that applies (named, or the default) is for namespace
+/// `ns`: its namespaceSelector matches the namespace's labels. A selector
+/// that cannot be read permits nothing.
+fn class_permitted(
+    choice: &policy::Choice,
+    spec: &TinycodeInstanceSpec,
+    labels: &std::collections::BTreeMap<String, String>,
+    ns: &str,
+    cli: &str,
+) -> Result<(), Invalid> {
+    use kube::core::{Selector, SelectorExt};
+    let policy::Choice::Found { name, spec: class, .. } = choice else { return Ok(()) };
+    let Some(selector) = &class.namespace_selector else { return Ok(()) };
+    if Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels)) {
+        return Ok(());
+    }
+    let how = if spec.class_name.is_some() { "spec.className names" } else { "the default class is" };
+    Err(blocked(
+        Blocked::ClassNotPermitted,
+        format!(
+            "{how} TinycodeClass {name}, which is not for namespace {ns} (its namespaceSelector does not match the \
+             namespace's labels): name another class in spec.className, or ask a cluster-admin to label the namespace \
+             (`{cli} get tinycodeclass {name} -o jsonpath='{{.spec.namespaceSelector}}'` shows what it needs)"
+        ),
+    ))
 }
 
 /// Every Secret the spec names for pulling images, for environment

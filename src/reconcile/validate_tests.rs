@@ -494,3 +494,67 @@ fn referenced_secrets_must_exist_and_a_rotated_key_rolls_the_pods() {
     let rotated = validate(&obs, &inst, &settings, Vec::new()).expect("valid");
     assert_ne!(valid.mounted, rotated.mounted);
 }
+
+#[test]
+fn a_host_another_instance_serves_or_asked_for_first_is_refused() {
+    use crate::reconcile::hosts::Claim;
+    let mut inst = instance(serde_json::json!({"hostname": "Dev.Example.test"}));
+    inst.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-06-01T00:00:00Z".parse().unwrap()));
+    let settings = Settings::default();
+    let mut obs = observed();
+    assert!(validate(&obs, &inst, &settings, Vec::new()).is_ok(), "nobody else asks");
+    let other = |published: bool, created: &str| Claim {
+        published,
+        created: created.into(),
+        namespace: "team-b".into(),
+        name: "dev".into(),
+    };
+    obs.host_claims = vec![other(false, "2026-07-01T00:00:00Z")];
+    assert!(validate(&obs, &inst, &settings, Vec::new()).is_ok(), "a younger asker waits");
+    obs.host_claims = vec![other(false, "2026-01-01T00:00:00Z")];
+    let refused = validate(&obs, &inst, &settings, Vec::new()).unwrap_err();
+    assert_eq!(refused.reason, Blocked::HostnameTaken);
+    assert!(refused.message.contains("spec.hostname dev.example.test") && !refused.message.contains("team-b"));
+    obs.host_claims = vec![other(true, "2026-07-01T00:00:00Z")];
+    assert_eq!(validate(&obs, &inst, &settings, Vec::new()).unwrap_err().reason, Blocked::HostnameTaken, "served");
+}
+
+#[test]
+fn a_class_serves_only_the_namespaces_it_selects_named_or_default() {
+    let class = |default: bool| policy::Choice::Found {
+        name: "gpu-pool".into(),
+        spec: Box::new(
+            serde_json::from_value(serde_json::json!({
+                "default": default,
+                "namespaceSelector": {"matchLabels": {"tinycode.dev/gpu": "true"}}
+            }))
+            .unwrap(),
+        ),
+        warning: None,
+    };
+    let settings = Settings::default();
+    let named = instance(serde_json::json!({"className": "gpu-pool"}));
+    let unnamed = instance(serde_json::json!({}));
+    for (inst, default, how) in [(&named, false, "spec.className names"), (&unnamed, true, "the default class is")] {
+        let mut obs = observed();
+        obs.class = class(default);
+        let refused = validate(&obs, inst, &settings, Vec::new()).unwrap_err();
+        assert_eq!(refused.reason, Blocked::ClassNotPermitted);
+        assert!(refused.message.starts_with(how) && refused.message.contains("gpu-pool"), "{}", refused.message);
+        labelled(&mut obs, "tinycode.dev/gpu", "true");
+        assert!(validate(&obs, inst, &settings, Vec::new()).is_ok(), "the labelled namespace may use it");
+    }
+    // A selector that cannot be read permits nothing.
+    let mut obs = observed();
+    obs.class = policy::Choice::Found {
+        name: "odd".into(),
+        spec: Box::new(
+            serde_json::from_value(serde_json::json!({"namespaceSelector": {"matchExpressions": [
+                {"key": "tier", "operator": "Sometimes", "values": ["x"]}]}}))
+            .unwrap(),
+        ),
+        warning: None,
+    };
+    assert_eq!(validate(&obs, &named, &settings, Vec::new()).unwrap_err().reason, Blocked::ClassNotPermitted);
+}

@@ -232,6 +232,50 @@ async fn keyed_models(State((seen, key)): State<(Seen, String)>, headers: Header
         .into_response()
 }
 
+/// Attack: alice names a class a cluster-admin keeps for other namespaces
+/// (its namespaceSelector), and tries to label her namespace into it. She
+/// cannot label it (namespaces are the cluster's); the instance is refused
+/// with `ClassNotPermitted` and nothing is installed; once a cluster-admin
+/// labels the namespace, it runs, its Ollama (requests only in the spec)
+/// limited by the class's cap.
+pub async fn a_class_serves_only_the_namespaces_it_selects(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "class-sel").await?;
+    let ns = alice.ns.clone();
+    let class = format!("{ns}-gpu");
+    let label = format!("tinycode.dev/{ns}");
+    create_class(
+        &admin,
+        &class,
+        json!({"namespaceSelector": {"matchLabels": {label.clone(): "true"}}, "ollama": {"max": {"memory": "2Gi"}}}),
+    )
+    .await?;
+    let release = naming::release_name(&ns, "dev");
+    let before = outside(&admin, &[OPERATOR_NAMESPACE], &release).await?;
+    // Requests only for the bundled Ollama, under a class that caps its memory.
+    let spec = json!({"className": class, "ollama": {"enabled": true, "resources": {"requests": {"memory": "256Mi"}}}});
+    apply_instance(&alice.client, &ns, "dev", spec).await.ctx("apply as alice")?;
+    let message = failed_with(&admin, &ns, "dev", "ClassNotPermitted").await?;
+    ensure(message.contains(&class) && message.contains("spec.className"), message)?;
+    ensure(env.release(&release)?.is_none(), "installed with a class not meant for the namespace")?;
+    let labelled = env.kubectl(&["label", "namespace", &ns, &format!("{label}=true"), "--as", "alice"]);
+    ensure(labelled.is_err(), "alice labelled her own namespace into the class")?;
+    same_world(&before, &outside(&admin, &[OPERATOR_NAMESPACE], &release).await?)?;
+
+    // The cluster-admin's act.
+    env.kubectl(&["label", "namespace", &ns, &format!("{label}=true")])?;
+    wait_for("the release once the namespace is labelled", WAIT, || async {
+        Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
+    })
+    .await?;
+    // Under the class's cap, the limit the spec left out is there.
+    let ollama = pod(&admin, &ns, "dev-ollama").await?;
+    let limits = ollama.containers[0].resources.as_ref().and_then(|r| r.limits.as_ref());
+    ensure_eq(quantities(limits), json!({"memory": "2Gi"}), "the bundled Ollama's limits under the class's max")?;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&class, &DeleteParams::default()).await.ctx("delete class")?;
+    Ok(())
+}
+
 /// A model server's API key, from a Secret: the probe sends it as a bearer
 /// token (a loopback stand-in refuses requests without it), the generated
 /// config names the variable the chart sets from the Secret, and the value

@@ -195,3 +195,44 @@ pub async fn k8s_hostpath_needs_both_labels(env: &mut Env) -> TestResult {
     .await?;
     delete_and_wait_gone(&c, &ns, "dev").await
 }
+
+/// Attack: bob names, as his instance's host, the host alice's instance
+/// serves. He is refused with
+/// `HostnameTaken`, gets no Ingress, and alice's Ingress and URL stay as
+/// they were; another host works for him.
+pub async fn k8s_a_tenant_cannot_take_another_instances_host(env: &mut Env) -> TestResult {
+    use super::tenancy::{failed_with, tenant};
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "host-a").await?;
+    let bob = tenant(env, "bob", "host-b").await?;
+    // A host that does not spell alice's namespace, so the refusal can be read for it.
+    let host = format!("ide-{}.example.test", env.run_id);
+    deploy(env, &alice.client, &alice.ns, "dev", json!({"hostname": host})).await?;
+    publish(&admin, &alice.ns, &naming::route("dev")).await?;
+    mark_available(&admin, &alice.ns, &naming::fullname("dev")).await?;
+    let inst = wait_phase(&admin, &alice.ns, "dev", "Running").await?;
+    let url = Some(format!("http://{host}"));
+    ensure_eq(inst.status.as_ref().and_then(|s| s.url.clone()), url.clone(), "alice's URL")?;
+    let alice_ingress = Api::<Ingress>::namespaced(admin.clone(), &alice.ns);
+    let before = alice_ingress.get(&naming::route("dev")).await.ctx("alice's Ingress")?.metadata.resource_version;
+
+    apply_instance(&bob.client, &bob.ns, "dev", json!({"hostname": host})).await.ctx("bob applies")?;
+    let message = failed_with(&admin, &bob.ns, "dev", "HostnameTaken").await?;
+    ensure(!message.contains(&alice.ns), format!("the refusal names alice's namespace: {message}"))?;
+    let bobs = Api::<Ingress>::namespaced(admin.clone(), &bob.ns).list(&Default::default()).await.ctx("ingresses")?;
+    ensure(bobs.items.is_empty(), "bob got an Ingress for alice's host")?;
+    let after = alice_ingress.get(&naming::route("dev")).await.ctx("alice's Ingress")?.metadata.resource_version;
+    ensure_eq(after, before, "alice's Ingress")?;
+    let inst = get_instance(&admin, &alice.ns, "dev").await?.ok_or("alice's instance")?;
+    ensure_eq(inst.status.as_ref().and_then(|s| s.url.clone()), url, "alice's URL after bob's attempt")?;
+
+    // His own host is his.
+    let own = format!("bob-ide-{}.example.test", env.run_id);
+    apply_instance(&bob.client, &bob.ns, "dev", json!({"hostname": own})).await.ctx("bob's own host")?;
+    wait_for("bob's Ingress for his own host", WAIT, || async {
+        let ing = Api::<Ingress>::namespaced(admin.clone(), &bob.ns).get_opt(&naming::route("dev")).await.ctx("get")?;
+        let host = ing.and_then(|i| i.spec?.rules?.into_iter().next()?.host);
+        Ok((host.as_deref() == Some(own.as_str())).then_some(()))
+    })
+    .await
+}

@@ -205,10 +205,12 @@ fn main() {
         a_single_namespace_operator_leaves_other_namespaces_alone,
         oidc_sign_in_admits_only_users_allowed_use,
         classes_place_cap_and_withdraw,
+        a_class_serves_only_the_namespaces_it_selects,
         model_keys_are_referenced_never_copied,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,
         k8s_basic_instance_gets_an_ingress,
+        k8s_a_tenant_cannot_take_another_instances_host,
         k8s_ingress_class_tls_and_route_only_fields,
         k8s_hostpath_needs_both_labels,
         no_permission_errors_in_any_scenario,

@@ -342,7 +342,17 @@ async fn signed_in(
     ensure_eq(auth.mode.as_str(), "oidc", "status.auth.mode")?;
     let access = auth.access.ok_or("no status.auth.access")?;
     ensure_eq((access.verb.as_str(), access.name.as_str()), ("use", "dev"), "status.auth.access")?;
-    let url = status.url.clone().ok_or("no status.url")?;
+    // The URL follows the Route's admission, which may be seen a moment
+    // after the Deployment's readiness.
+    let url = match status.url.clone() {
+        Some(url) => url,
+        None => {
+            wait_for("status.url from the admitted Route", WAIT, || async {
+                Ok(get_instance(&admin, &ns, "dev").await?.and_then(|i| i.status?.url))
+            })
+            .await?
+        }
+    };
     let host = url.trim_start_matches("https://").to_string();
     ensure(url.starts_with("https://"), format!("status.url {url}"))?;
 
