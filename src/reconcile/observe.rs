@@ -231,7 +231,7 @@ pub fn class_of(ctx: &Context, inst: &TinycodeInstance) -> (crate::reconcile::po
         .iter()
         .filter(|i| i.metadata.namespace.as_deref() == Some(ns.as_str()) && i.metadata.deletion_timestamp.is_none())
         .filter(|i| i.metadata.uid != inst.metadata.uid)
-        .filter(|i| policy::chosen_name(i.spec.class_name.as_deref(), &classes) == Some(name.as_str()))
+        .filter(|i| policy::counts_against(i, name, &classes))
         .map(|i| (stamp(i), i.name_any()))
         .collect();
     let me = (stamp(inst), inst.name_any());

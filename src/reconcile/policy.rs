@@ -69,6 +69,16 @@ pub fn choose(class_name: Option<&str>, classes: &[Arc<TinycodeClass>]) -> Choic
 
 /// The name of the class an instance naming `class_name` gets, without
 /// copying any class (the per-namespace count asks this of every instance).
+/// Whether `inst` counts against `class`'s `maxInstancesPerNamespace`: its
+/// spec chooses the class now, or what runs was last rendered with it
+/// (`status.class`, which only the operator writes). Renaming an instance's
+/// className to a missing class leaves its release running, so it still
+/// counts until it runs under another class or is deleted.
+pub fn counts_against(inst: &crate::api::TinycodeInstance, class: &str, classes: &[Arc<TinycodeClass>]) -> bool {
+    chosen_name(inst.spec.class_name.as_deref(), classes) == Some(class)
+        || inst.status.as_ref().and_then(|s| s.class.as_deref()) == Some(class)
+}
+
 pub fn chosen_name<'a>(class_name: Option<&'a str>, classes: &'a [Arc<TinycodeClass>]) -> Option<&'a str> {
     match class_name {
         Some(name) => classes

@@ -298,3 +298,19 @@ fn under_a_cap_every_capped_resource_has_a_limit() {
     let none = apply(&Choice::None, &s, &settings, 0).unwrap().spec.ollama.resources.unwrap();
     assert!(none.limits.is_empty());
 }
+
+#[test]
+fn an_instance_counts_against_the_class_it_runs_under_whatever_its_spec_says_now() {
+    let classes = vec![class("gpu", json!({"maxInstancesPerNamespace": 1})), class("std", json!({}))];
+    let mut inst = crate::api::TinycodeInstance::new("dev", spec(json!({"className": "gpu"})));
+    assert!(counts_against(&inst, "gpu", &classes));
+    // Renamed to a class that does not exist: its release still runs under gpu.
+    inst.spec.class_name = Some("missing".into());
+    assert!(!counts_against(&inst, "gpu", &classes), "by the spec alone it escapes");
+    inst.status = Some(crate::api::TinycodeInstanceStatus { class: Some("gpu".into()), ..Default::default() });
+    assert!(counts_against(&inst, "gpu", &classes), "what runs counts");
+    // Re-rendered under another class: it counts there, not here.
+    inst.spec.class_name = Some("std".into());
+    inst.status = Some(crate::api::TinycodeInstanceStatus { class: Some("std".into()), ..Default::default() });
+    assert!(!counts_against(&inst, "gpu", &classes) && counts_against(&inst, "std", &classes));
+}

@@ -276,6 +276,34 @@ pub async fn a_class_serves_only_the_namespaces_it_selects(env: &mut Env) -> Tes
     Ok(())
 }
 
+/// Attack: alice runs the one instance a class allows her namespace, renames
+/// its className to a class that does not exist (its release keeps running,
+/// `ClassNotFound`), and asks for a second one under the class. What runs is
+/// counted, not what the spec says now: the second is refused.
+pub async fn a_renamed_instance_still_counts_against_its_class(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "class-count").await?;
+    let ns = alice.ns.clone();
+    let class = format!("{ns}-one");
+    create_class(&admin, &class, json!({"maxInstancesPerNamespace": 1})).await?;
+    super::deploy(env, &alice.client, &ns, "dev1", json!({"className": class})).await?;
+    wait_for("dev1's status.class", WAIT, || async {
+        let inst = get_instance(&admin, &ns, "dev1").await?;
+        Ok(inst.and_then(|i| i.status?.class).filter(|c| *c == class).map(drop))
+    })
+    .await?;
+    apply_instance(&alice.client, &ns, "dev1", json!({"className": format!("{ns}-missing")})).await.ctx("rename")?;
+    failed_with(&admin, &ns, "dev1", "ClassNotFound").await?;
+    let release = naming::release_name(&ns, "dev1");
+    ensure(env.release(&release)?.is_some_and(|r| r.1 == "deployed"), "dev1's release still runs")?;
+    apply_instance(&alice.client, &ns, "dev2", json!({"className": class})).await.ctx("dev2")?;
+    let message = failed_with(&admin, &ns, "dev2", "ExceedsPolicy").await?;
+    ensure(message.contains("maxInstancesPerNamespace: 1"), message)?;
+    ensure(env.release(&naming::release_name(&ns, "dev2"))?.is_none(), "a second instance of the class was installed")?;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&class, &DeleteParams::default()).await.ctx("delete class")?;
+    Ok(())
+}
+
 /// A model server's API key, from a Secret: the probe sends it as a bearer
 /// token (a loopback stand-in refuses requests without it), the generated
 /// config names the variable the chart sets from the Secret, and the value

@@ -206,6 +206,7 @@ fn main() {
         oidc_sign_in_admits_only_users_allowed_use,
         classes_place_cap_and_withdraw,
         a_class_serves_only_the_namespaces_it_selects,
+        a_renamed_instance_still_counts_against_its_class,
         model_keys_are_referenced_never_copied,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,
