@@ -1104,18 +1104,28 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         // The Ingress's host (the node has no router; the browser below goes
         // to the Service with this host, as an ingress controller would).
         instance["spec"]["hostname"] = json!("dev.node-signin.apps.tinycode.test");
+        // On Kubernetes the Ingress terminates TLS with this Secret (https URL).
+        instance["spec"]["ingress"] = json!({"tlsSecretName": "dev-tls"});
         apply_instance(&client, ns, &instance).await;
         wait_running(&client, ns, "dev").await;
         // No router runs on the node: on the OpenShift platform the test
         // admits the Route as one would (on Kubernetes the Ingress's host is
         // the URL at once, and there is no Route to admit).
         let host = "dev.node-signin.apps.tinycode.test";
-        let _ = tinycode_tools::devcluster::admit_route(&client, ns, "dev-tinycode", host).await;
+        // On Kubernetes the Ingress waits for a controller to publish an
+        // address: the test publishes one as a controller would.
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        let ingresses: Api<k8s_openapi::api::networking::v1::Ingress> = Api::namespaced(client.clone(), ns);
         let url = wait_for("status.url", WAIT, || {
-            let api = api.clone();
-            async move { api.get("dev").await.ok()?.data["status"]["url"].as_str().map(str::to_string) }
+            let (api, client, ingresses) = (api.clone(), client.clone(), ingresses.clone());
+            async move {
+                let _ = tinycode_tools::devcluster::admit_route(&client, ns, "dev-tinycode", host).await;
+                let published = json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}});
+                let _ =
+                    ingresses.patch_status("dev-tinycode", &PatchParams::default(), &Patch::Merge(&published)).await;
+                api.get("dev").await.ok()?.data["status"]["url"].as_str().map(str::to_string)
+            }
         })
         .await;
         assert_eq!(url, format!("https://{host}"), "the instance's URL");
