@@ -51,10 +51,10 @@ generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the 
 	target/debug/tinycode-operator crd --class > config/crd/tinycode.dev_tinycodeclasses.yaml
 	target/debug/tinycode-operator rbac > config/rbac/role.yaml
 	target/debug/tinycode-operator scc > config/scc/sccs.yaml
+	target/debug/tinycode-operator admission > config/admission/host_paths.yaml
 	target/debug/tinycode-operator values-schema > helm-charts/tinycode/values.schema.json
 	target/debug/tinycode-operator rbac --leader-election-namespace tinycode-operator-system > config/rbac/leader_election_role.yaml
 	target/debug/tinycode-operator rbac --discovery > config/rbac/discovery_role.yaml
-	target/debug/tinycode-operator rbac --access-reviewer > config/rbac/access_reviewer_role.yaml
 	target/debug/tinycode-local bundle --out bundle 2>/dev/null
 
 .PHONY: lint

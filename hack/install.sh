@@ -146,6 +146,19 @@ install_sccs() {
 	fi
 }
 
+# The host-directory admission policy (src/platform/admission.rs): pods in
+# namespaces approved for hostPath workspaces get only approved directories,
+# read-only unless approved readwrite. Kubernetes 1.30+ / OpenShift 4.17+.
+install_admission() {
+	local resources
+	resources=$(kc get --raw /apis/admissionregistration.k8s.io/v1 2>/dev/null) || resources=""
+	if [[ "$resources" == *'"validatingadmissionpolicies"'* ]]; then
+		apply_file "${REPO_ROOT}/config/admission/host_paths.yaml"
+	else
+		log "this cluster serves no ValidatingAdmissionPolicy (Kubernetes < 1.30): host directories are held only by the SCC or Pod Security level; see README, Security model"
+	fi
+}
+
 install_crd() {
 	local crd
 	apply_file "${REPO_ROOT}/config/crd/tinycode.dev_tinycodeinstances.yaml"
@@ -167,7 +180,7 @@ install_namespace() {
 install_rbac() {
 	local f
 	for f in service_account.yaml role.yaml role_binding.yaml leader_election_role.yaml \
-		leader_election_role_binding.yaml manager_scc_role_binding.yaml user_role.yaml discovery_role.yaml access_reviewer_role.yaml; do
+		leader_election_role_binding.yaml manager_scc_role_binding.yaml user_role.yaml discovery_role.yaml; do
 		apply_file "${REPO_ROOT}/config/rbac/${f}"
 	done
 }
@@ -258,6 +271,7 @@ main() {
 	install_crd
 	install_namespace
 	install_rbac
+	install_admission
 	install_manager
 	install_monitoring
 	wait_rollout

@@ -117,11 +117,18 @@ remove_manager() {
 
 remove_rbac() {
 	local f
-	for f in access_reviewer_role.yaml discovery_role.yaml user_role.yaml manager_scc_role_binding.yaml leader_election_role_binding.yaml \
+	# tinycode-access-reviewer: bound by oidc instances of earlier versions.
+	kc delete clusterrole tinycode-access-reviewer --ignore-not-found >/dev/null
+	for f in discovery_role.yaml user_role.yaml manager_scc_role_binding.yaml leader_election_role_binding.yaml \
 		leader_election_role.yaml role_binding.yaml role.yaml service_account.yaml; do
 		delete_file "${REPO_ROOT}/config/rbac/${f}"
 	done
 	delete_file "${REPO_ROOT}/config/prometheus/metrics_reader_role.yaml"
+}
+
+remove_admission() {
+	kc delete validatingadmissionpolicybinding tinycode-host-paths --ignore-not-found >/dev/null 2>&1 || true
+	kc delete validatingadmissionpolicy tinycode-host-paths --ignore-not-found >/dev/null 2>&1 || true
 }
 
 remove_sccs() {
@@ -167,6 +174,7 @@ main() {
 	fi
 	remove_manager
 	remove_rbac
+	remove_admission
 	remove_sccs
 	remove_crd
 	remove_namespace

@@ -915,8 +915,9 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     let tc = container(deploy, "tinycode");
     assert!(tc["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4098"})));
     assert!(!tc["ports"].as_array().unwrap().iter().any(|p| p["name"] == "activity"));
-    // Volumes only where they belong: the token, CA and password in the gate,
-    // the cookie secret and relay credential in the proxy, none of them in tinycode.
+    // Volumes only where they belong: the relay credential, CA and password
+    // in the gate, the cookie secret and relay credential in the proxy, none
+    // of them in tinycode.
     assert_eq!(mounts(gate), vec!["gate"]);
     assert_eq!(mounts(proxy), vec!["signin"]);
     let tinycode = container(deploy, "tinycode");
@@ -924,14 +925,23 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     assert_eq!(pod["automountServiceAccountToken"], false);
     let volume = |name: &str| pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().unwrap();
     let sources = volume("gate")["projected"]["sources"].as_array().unwrap().clone();
-    assert!(sources.iter().any(|s| s["serviceAccountToken"]["path"] == "token"));
     assert!(sources.iter().any(|s| s["secret"]["name"] == "dev-tinycode-password"));
+    assert!(sources.iter().any(|s| s["secret"]["name"] == "dev-tinycode-signin"
+        && s["secret"]["items"] == json!([{"key": "relay-credential", "path": "relay-credential"}])));
     assert_eq!(volume("signin")["secret"]["secretName"], "dev-tinycode-signin");
-    // The gate's ServiceAccount may ask SubjectAccessReviews, nothing else.
-    let crb = find(&docs, "ClusterRoleBinding", &naming::access_review_binding("team", "dev"));
-    assert_eq!(crb["roleRef"]["name"], naming::ACCESS_REVIEWER_ROLE);
-    assert_eq!(crb["subjects"][0]["name"], "dev-tinycode");
-    assert_eq!(crb["subjects"][0]["namespace"], "team");
+    // The gate asks the operator's relay about this instance: no API token,
+    // and no right to review anyone's access anywhere.
+    assert!(!sources.iter().any(|s| s.get("serviceAccountToken").is_some()));
+    assert!(!kinds(&docs).iter().any(|k| k.starts_with("ClusterRoleBinding")), "{:?}", kinds(&docs));
+    assert!(
+        args(gate).contains(
+            &"--review-url=http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484/oidc/review/team/dev"
+                .to_string()
+        )
+    );
+    assert!(
+        args(gate).contains(&"--relay-credential-file=/var/run/secrets/tinycode/gate/relay-credential".to_string())
+    );
 }
 
 #[test]

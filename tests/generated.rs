@@ -36,12 +36,12 @@ fn operator_namespace_role_and_discovery_role_match_the_declarations() {
         "config/rbac/leader_election_role.yaml",
     );
     check(&["rbac", "--discovery"], "config/rbac/discovery_role.yaml");
-    check(&["rbac", "--access-reviewer"], "config/rbac/access_reviewer_role.yaml");
 }
 
 #[test]
 fn sccs_match_the_tier_definitions() {
     check(&["scc"], "config/scc/sccs.yaml");
+    check(&["admission"], "config/admission/host_paths.yaml");
 }
 
 #[test]

@@ -79,6 +79,11 @@ pub struct IdleStatus {
     /// The last tinycode.dev/start-requested-at value handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_start_at: Option<String>,
+    /// A cluster-admin requires idle stop (--idle-stop-required, or the
+    /// class's idle.required): the pods are checked and stopped whatever the
+    /// instance's phase (suspended, or its spec refused).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
 }
 
 /// How the UI is protected, and who is let in.

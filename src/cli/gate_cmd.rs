@@ -30,8 +30,8 @@ pub struct GateArgs {
     /// Name of the TinycodeInstance users need `use` on.
     #[arg(long)]
     pub instance: String,
-    /// oidc: oauth2-proxy's X-Forwarded-User/-Groups, checked with a
-    /// SubjectAccessReview; openshift: oauth-proxy's X-Forwarded-Access-Token,
+    /// oidc: oauth2-proxy's X-Forwarded-User/-Groups, checked by the
+    /// operator's relay (--review-url); openshift: oauth-proxy's X-Forwarded-Access-Token,
     /// checked with a SelfSubjectAccessReview made with it.
     #[arg(long, value_enum)]
     pub mode: Mode,
@@ -44,10 +44,13 @@ pub struct GateArgs {
     /// Seconds a decision (allowed or refused) is remembered; at most 60.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=gate::MAX_CACHE_SECONDS))]
     pub cache_seconds: u64,
-    /// The gate's ServiceAccount token for its SubjectAccessReviews (oidc),
-    /// re-read as it rotates.
-    #[arg(long, default_value = "/var/run/secrets/tinycode/gate/token")]
-    pub token_file: PathBuf,
+    /// oidc: the operator relay's review endpoint for this instance
+    /// (<relay>/oidc/review/<namespace>/<instance>).
+    #[arg(long)]
+    pub review_url: Option<String>,
+    /// oidc: the instance's relay credential (from its sign-in Secret), re-read on every review.
+    #[arg(long, default_value = "/var/run/secrets/tinycode/gate/relay-credential")]
+    pub relay_credential_file: PathBuf,
     /// CA bundle of the apiserver's certificate.
     #[arg(long, default_value = "/var/run/secrets/tinycode/gate/ca.crt")]
     pub ca_file: PathBuf,
@@ -82,7 +85,8 @@ impl GateArgs {
             mode: self.mode,
             prefixes: Prefixes { user: self.username_prefix.clone(), groups: self.groups_prefix.clone() },
             cache_ttl: Duration::from_secs(self.cache_seconds),
-            token_file: self.token_file.clone(),
+            review_url: self.review_url.clone().filter(|s| !s.is_empty()),
+            relay_credential_file: self.relay_credential_file.clone(),
             ca_file: self.ca_file.clone(),
             api_server: self.api_server.clone().filter(|s| !s.is_empty()),
             password_file: nonempty(&self.password_file),

@@ -69,6 +69,13 @@ pub enum Command {
     Scc,
     /// Print stand-in CRDs for the OpenShift APIs (Route, SCC) for a plain kube-apiserver.
     OpenshiftCrds,
+    /// Print the ValidatingAdmissionPolicy (and binding) that holds pods in
+    /// namespaces approved for host directories to the approved ones.
+    Admission {
+        /// The operator's namespace (where its parameter ConfigMap lives).
+        #[arg(long, default_value = crate::settings::DEFAULT_OPERATOR_NAMESPACE)]
+        operator_namespace: String,
+    },
     /// Print the operator's ClusterRole, generated from its declared API calls.
     Rbac {
         /// Print the operator-namespace Role (leader Lease, Helm release records) for this namespace instead.
@@ -77,9 +84,6 @@ pub enum Command {
         /// Print the tinycode-discovery ClusterRole (bound per discovery namespace) instead.
         #[arg(long, conflicts_with = "leader_election_namespace")]
         discovery: bool,
-        /// Print the tinycode-access-reviewer ClusterRole (bound per auth.mode oidc instance) instead.
-        #[arg(long, conflicts_with_all = ["leader_election_namespace", "discovery"])]
-        access_reviewer: bool,
     },
     /// Run an instance pod's authorization gate: between the sign-in proxy
     /// and the tinycode server, it lets through only users allowed `use` on
@@ -596,12 +600,12 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             print_yaml(&docs)
         }
+        Command::Admission { operator_namespace } => {
+            print_yaml(&crate::platform::admission::manifests(&operator_namespace))
+        }
         Command::OpenshiftCrds => print_yaml(
             &openshift::stand_in_crds().iter().map(|c| serde_json::to_value(c).expect("crd")).collect::<Vec<_>>(),
         ),
-        Command::Rbac { access_reviewer: true, .. } => {
-            print_yaml(&[crate::platform::rbac::access_reviewer_cluster_role_manifest()])
-        }
         Command::Rbac { discovery: true, .. } => {
             print_yaml(&[crate::platform::rbac::discovery_cluster_role_manifest()])
         }

@@ -42,6 +42,13 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         .await
         .map_err(|e| fail(1, "cannot load the operator's digest key", e))?;
     settings.digest_key = crate::settings::DigestKey(key.into());
+    // The host-directory admission policy's parameter: until it is written,
+    // the apiserver refuses hostPath pods in approved namespaces.
+    crate::platform::admission::write_param(&client, &settings.operator_namespace, &settings.hostpath_allowed_prefixes)
+        .await
+        .map_err(|e| {
+            fail(1, "cannot write ConfigMap tinycode-host-paths (the host-directory admission policy's parameter)", e)
+        })?;
     settings.platform = crate::platform::detect(&client, settings.platform_choice)
         .await
         .map_err(|e| fail(1, "cannot read API discovery to tell OpenShift from Kubernetes; set --platform", e))?;
@@ -69,7 +76,8 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         tracing::info!(addr = %args.oidc_relay_addr, issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
         let relay = crate::ops::oidc::Relay::new(
             provider,
-            Arc::new(crate::ops::oidc::KubeInstances { client: client.clone(), scope: settings.watch_scope.clone() }),
+            Arc::new(crate::ops::oidc::CachedInstances::start(&client, &settings.watch_scope)),
+            Arc::new(crate::ops::oidc::KubeAccessReviews { client: client.clone() }),
         );
         let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
             .await
@@ -77,11 +85,7 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         tokio::spawn(crate::ops::http_server::serve(
             listener,
             crate::ops::oidc::relay_router(relay),
-            crate::ops::http_server::Limits {
-                max_connections: 256,
-                max_connections_per_peer: 16,
-                ..Default::default()
-            },
+            crate::ops::oidc::RELAY_LIMITS,
         ));
     }
     // One shutdown signal for everything: SIGTERM/SIGINT, or a changed platform.

@@ -245,7 +245,8 @@ fn the_gate_has_flags_of_its_own_with_their_defaults() {
     assert_eq!(s.mode, Mode::Oidc);
     assert_eq!((s.prefixes.user.as_str(), s.prefixes.groups.as_str()), ("", ""));
     assert_eq!(s.cache_ttl, Duration::from_secs(30));
-    assert_eq!(s.token_file, PathBuf::from("/var/run/secrets/tinycode/gate/token"));
+    assert_eq!(s.relay_credential_file, PathBuf::from("/var/run/secrets/tinycode/gate/relay-credential"));
+    assert_eq!(s.review_url, None, "oidc needs --review-url (the gate refuses to start without it)");
     assert_eq!(s.ca_file, PathBuf::from("/var/run/secrets/tinycode/gate/ca.crt"));
     assert_eq!(s.api_server, None, "from KUBERNETES_SERVICE_HOST/PORT when the gate starts");
     assert_eq!(s.password_file, Some(PathBuf::from("/var/run/secrets/tinycode/gate/password")));

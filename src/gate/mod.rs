@@ -196,8 +196,10 @@ pub struct Settings {
     pub mode: Mode,
     pub prefixes: Prefixes,
     pub cache_ttl: Duration,
-    /// The ServiceAccount token (oidc only).
-    pub token_file: PathBuf,
+    /// oidc: the operator relay's review endpoint for this instance.
+    pub review_url: Option<String>,
+    /// oidc: the instance's relay credential.
+    pub relay_credential_file: PathBuf,
     pub ca_file: PathBuf,
     /// `None`: from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
     pub api_server: Option<String>,
@@ -218,14 +220,23 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     if settings.cache_ttl > Duration::from_secs(MAX_CACHE_SECONDS) {
         return Err(format!("--cache-seconds must be at most {MAX_CACHE_SECONDS}"));
     }
-    let server = match &settings.api_server {
-        Some(server) => server.clone(),
-        None => review::in_cluster_server()?,
+    // oidc asks the operator's relay; openshift asks the apiserver with the
+    // user's own token (the gate sends none of its own).
+    let (reviewer, server): (Arc<dyn Reviewer>, String) = match settings.mode {
+        Mode::Oidc => {
+            let url = settings.review_url.clone().ok_or("--review-url is required in oidc mode")?;
+            (Arc::new(review::RelayReviewer::new(&url, &settings.relay_credential_file)?), url)
+        }
+        Mode::Openshift => {
+            let server = match &settings.api_server {
+                Some(server) => server.clone(),
+                None => review::in_cluster_server()?,
+            };
+            let client =
+                review::kube_client(&ApiAccess { server: &server, ca_file: &settings.ca_file, token_file: None })?;
+            (Arc::new(KubeReviewer::new(client, settings.target.clone())), server)
+        }
     };
-    // openshift reviews carry the user's own token; the gate sends none.
-    let token_file = (settings.mode == Mode::Oidc).then_some(settings.token_file.as_path());
-    let client = review::kube_client(&ApiAccess { server: &server, ca_file: &settings.ca_file, token_file })?;
-    let reviewer = Arc::new(KubeReviewer::new(client, settings.target.clone()));
     let upstream = Upstream::new(&settings.upstream, Password::new(settings.password_file.clone()))?;
     let gate = Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl);
     let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
@@ -242,7 +253,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         mode = ?settings.mode,
         namespace = %settings.target.namespace,
         instance = %settings.target.instance,
-        api_server = %server,
+        reviews = %server,
         "gate: serving"
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

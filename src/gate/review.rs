@@ -1,7 +1,9 @@
-//! Asking the apiserver whether a user may `use` the instance.
+//! Asking whether a user may `use` the instance.
 //!
-//! oidc: a SubjectAccessReview for the user and groups the proxy named,
-//! made with the gate's own (projected, rotating) ServiceAccount token.
+//! oidc: the operator's relay is asked ([`RelayReviewer`]), with the
+//! instance's relay credential, about the user and groups the proxy named;
+//! the operator makes the SubjectAccessReview for this instance only, so the
+//! pod holds no right to review anyone's access anywhere.
 //! openshift: a SelfSubjectAccessReview made with the user's own token, so
 //! the gate needs no token of its own.
 
@@ -137,6 +139,67 @@ impl Reviewer for KubeReviewer {
             match subject {
                 Subject::User { name, groups } => self.subject_access_review(name, groups).await,
                 Subject::Token { token, .. } => self.self_subject_access_review(token, subject.display_name()).await,
+            }
+        }))
+    }
+}
+
+/// Reviews asked of the operator's relay (`POST <url>` with the instance's
+/// relay credential as bearer token), which answers for this instance only.
+pub struct RelayReviewer {
+    url: String,
+    credential_file: std::path::PathBuf,
+    http: reqwest::Client,
+}
+
+/// How long the relay has to answer (the gate answers 503 after it).
+const RELAY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl RelayReviewer {
+    pub fn new(url: &str, credential_file: &Path) -> Result<Self, String> {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("--review-url {url:?} must be an http(s) URL"));
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(RELAY_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        Ok(RelayReviewer { url: url.to_string(), credential_file: credential_file.to_path_buf(), http })
+    }
+
+    async fn ask(&self, user: &str, groups: &[String]) -> Result<Decision, String> {
+        // Read each time: a rotated client secret changes the credential.
+        let credential = std::fs::read_to_string(&self.credential_file)
+            .map_err(|e| format!("cannot read the relay credential {}: {e}", self.credential_file.display()))?;
+        let body = crate::ops::oidc::ReviewRequest { user: user.to_string(), groups: groups.to_vec() };
+        let answer = self
+            .http
+            .post(&self.url)
+            .bearer_auth(credential.trim())
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| format!("the operator's relay did not answer: {e}"))?;
+        let status = answer.status();
+        if !status.is_success() {
+            return Err(format!("the operator's relay answered HTTP {status}"));
+        }
+        let bytes = answer.bytes().await.map_err(|e| format!("the operator's relay's answer: {e}"))?;
+        let answer: crate::ops::oidc::ReviewAnswer =
+            serde_json::from_slice(&bytes).map_err(|e| format!("the operator's relay's answer: {e}"))?;
+        Ok(if answer.allowed { Decision::Allowed } else { Decision::Forbidden })
+    }
+}
+
+impl Reviewer for RelayReviewer {
+    fn review<'a>(&'a self, subject: &'a Subject) -> BoxFuture<'a, Result<Decision, String>> {
+        Box::pin(within_timeout(async move {
+            match subject {
+                Subject::User { name, groups } => self.ask(name, groups).await,
+                // The relay answers for signed-in users only.
+                Subject::Token { .. } => Ok(Decision::Forbidden),
             }
         }))
     }

@@ -22,7 +22,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use base64::Engine;
-use kube::Api;
+use futures::StreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::{AuthMode, TinycodeInstance};
 use crate::render::signin::{self, OidcEndpoints};
@@ -47,6 +49,21 @@ pub const REFRESH_TTL: Duration = Duration::from_secs(13 * 3600);
 pub const MAX_REFRESHES: usize = 100_000;
 /// At most one log line of refusals this often.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Redemptions in flight at once for one namespace's instances (a sign-in
+/// is one; a namespace's users rarely sign in in the same second).
+pub const NAMESPACE_REDEMPTIONS: usize = 4;
+/// Access reviews in flight at once for one namespace's gates (each gate
+/// keeps its answers for a while, so few are asked).
+pub const NAMESPACE_REVIEWS: usize = 8;
+/// The relay's listener: connections at once, and from one peer (a pod's
+/// oauth2-proxy holds one at a time). A client gets 5 s for a request head
+/// and 10 s for the whole request (body included) before it is cut off.
+pub const RELAY_LIMITS: crate::ops::http_server::Limits = crate::ops::http_server::Limits {
+    header_read_timeout: Duration::from_secs(5),
+    request_timeout: Duration::from_secs(15),
+    max_connections: 1024,
+    max_connections_per_peer: 4,
+};
 
 /// The provider and what the operator knows of it.
 pub struct Provider {
@@ -177,22 +194,101 @@ pub trait Instances: Send + Sync {
     fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>>;
 }
 
-/// Instances read from the API (one GET per redemption: sign-ins and refreshes are rare).
-pub struct KubeInstances {
-    pub client: kube::Client,
-    pub scope: crate::watch_scope::WatchScope,
+/// Instances from a watch of their own, cut down to what the relay reads
+/// (auth mode, status.url): a redemption costs the apiserver nothing, so a
+/// loop of requests, even with a valid credential, cannot load it. The relay
+/// serves on every replica, before and without the lease, so it keeps this
+/// cache apart from the controller's.
+pub struct CachedInstances {
+    store: Store<TinycodeInstance>,
 }
 
-impl Instances for KubeInstances {
+impl CachedInstances {
+    /// Starts the watch in the background (instances in `scope` only).
+    pub fn start(client: &kube::Client, scope: &crate::watch_scope::WatchScope) -> Self {
+        let (store, writer) = reflector::store();
+        let events = watcher(scope.api::<TinycodeInstance>(client), watcher::Config::default())
+            .default_backoff()
+            .modify(trim_instance);
+        tokio::spawn(reflector::reflector(writer, events).for_each(|_| futures::future::ready(())));
+        CachedInstances { store }
+    }
+
+    /// Waits (at most `wait`) for the first list, so a relay that just
+    /// started refuses no instance that exists.
+    async fn ready(&self, wait: Duration) {
+        let _ = tokio::time::timeout(wait, self.store.wait_until_ready()).await;
+    }
+}
+
+/// An instance down to what the relay reads.
+fn trim_instance(inst: &mut TinycodeInstance) {
+    let mode = inst.spec.auth.mode;
+    let url = inst.status.as_ref().and_then(|s| s.url.clone());
+    inst.spec = Default::default();
+    inst.spec.auth.mode = mode;
+    inst.status = url.map(|url| crate::api::TinycodeInstanceStatus { url: Some(url), ..Default::default() });
+    inst.metadata = kube::api::ObjectMeta {
+        name: inst.metadata.name.take(),
+        namespace: inst.metadata.namespace.take(),
+        resource_version: inst.metadata.resource_version.take(),
+        deletion_timestamp: inst.metadata.deletion_timestamp.take(),
+        ..Default::default()
+    };
+}
+
+impl Instances for CachedInstances {
     fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>> {
         Box::pin(async move {
-            if !self.scope.covers(namespace) {
+            self.ready(Duration::from_secs(5)).await;
+            let inst = self.store.get(&ObjectRef::new(name).within(namespace))?;
+            if inst.metadata.deletion_timestamp.is_some() {
                 return None;
             }
-            let api: Api<TinycodeInstance> = Api::namespaced(self.client.clone(), namespace);
-            let inst = api.get_opt(name).await.ok()??;
-            Some(RelayTarget { mode: inst.spec.auth.mode, url: inst.status.and_then(|s| s.url) })
+            Some(RelayTarget { mode: inst.spec.auth.mode, url: inst.status.as_ref().and_then(|s| s.url.clone()) })
         })
+    }
+}
+
+/// At most [`NAMESPACE_REDEMPTIONS`] redemptions at once per namespace,
+/// counted once the credential proved the namespace: a tenant's flood of its
+/// own instance's requests waits on the provider for itself alone, and the
+/// others' sign-ins go on.
+#[derive(Default)]
+struct NamespaceSlots {
+    open: Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// One namespace's redemption in flight; dropping it gives the slot back.
+struct NamespaceSlot {
+    slots: Arc<NamespaceSlots>,
+    namespace: String,
+}
+
+impl NamespaceSlots {
+    fn try_acquire(self: &Arc<Self>, namespace: &str, max: usize) -> Option<NamespaceSlot> {
+        let mut open = self.open.lock().expect("namespace slots lock");
+        let count = open.entry(namespace.to_string()).or_insert(0);
+        if *count >= max {
+            if *count == 0 {
+                open.remove(namespace);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(NamespaceSlot { slots: self.clone(), namespace: namespace.to_string() })
+    }
+}
+
+impl Drop for NamespaceSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().expect("namespace slots lock");
+        if let Some(count) = open.get_mut(&self.namespace) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.namespace);
+            }
+        }
     }
 }
 
@@ -211,6 +307,8 @@ pub enum Refusal {
     ForeignRefresh,
     /// The operator cannot read its client secret or reach the provider.
     Unavailable,
+    /// The namespace has [`NAMESPACE_REDEMPTIONS`] redemptions in flight.
+    Busy,
 }
 
 impl Refusal {
@@ -221,8 +319,11 @@ impl Refusal {
             Refusal::BadCredential | Refusal::UnknownInstance => (StatusCode::UNAUTHORIZED, "invalid_client"),
             Refusal::ForeignRedirect | Refusal::ForeignRefresh => (StatusCode::BAD_REQUEST, "invalid_grant"),
             Refusal::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable"),
+            Refusal::Busy => (StatusCode::TOO_MANY_REQUESTS, "temporarily_unavailable"),
         };
-        (status, [(header::CONTENT_TYPE, "application/json")], format!("{{\"error\":\"{error}\"}}")).into_response()
+        // A refused client keeps no connection (and with it no slot) open.
+        let headers = [(header::CONTENT_TYPE, "application/json"), (header::CONNECTION, "close")];
+        (status, headers, format!("{{\"error\":\"{error}\"}}")).into_response()
     }
 }
 
@@ -446,29 +547,182 @@ fn url_base(url: &str) -> Option<String> {
     (!host.is_empty() && !host.contains('@')).then(|| format!("{scheme}://{host}"))
 }
 
+/// Asks the apiserver whether a signed-in user may `use` one instance.
+pub trait AccessReviews: Send + Sync {
+    fn may_use<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        user: &'a str,
+        groups: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<bool, String>>;
+}
+
+/// SubjectAccessReviews made with the operator's own rights: the instances'
+/// gates ask through the relay, about their own instance only, so no tenant
+/// namespace holds the right to review anyone's access anywhere.
+pub struct KubeAccessReviews {
+    pub client: kube::Client,
+}
+
+impl AccessReviews for KubeAccessReviews {
+    fn may_use<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        user: &'a str,
+        groups: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<bool, String>> {
+        use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+        Box::pin(async move {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.to_string()),
+                    groups: Some(groups.to_vec()),
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(signin::ACCESS_GROUP.into()),
+                        resource: Some(signin::ACCESS_RESOURCE.into()),
+                        verb: Some(signin::ACCESS_VERB.into()),
+                        namespace: Some(namespace.into()),
+                        name: Some(name.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let reviewed = crate::watch_scope::cluster_api::<SubjectAccessReview>(&self.client)
+                .create(&kube::api::PostParams::default(), &review)
+                .await
+                .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+            let status = reviewed.status.unwrap_or_default();
+            Ok(status.allowed && status.denied != Some(true))
+        })
+    }
+}
+
+/// What a gate asks the relay: may this signed-in user use my instance?
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewRequest {
+    pub user: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// The relay's answer to a gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReviewAnswer {
+    pub allowed: bool,
+}
+
+/// Names only the cluster gives: never asked about for an identity provider's user.
+const RESERVED_PREFIX: &str = "system:";
+/// Most groups one review may name.
+const MAX_GROUPS: usize = 256;
+/// Longest user or group name.
+const MAX_NAME: usize = 1024;
+
+/// The review a gate asked for, checked: bounded, and no name the cluster
+/// reserves (an identity provider's group `system:masters` is no cluster
+/// admin). None: refused as malformed; Some(None): not allowed, unasked.
+pub fn checked_review(body: &[u8]) -> Option<Option<ReviewRequest>> {
+    let req: ReviewRequest = serde_json::from_slice(body).ok()?;
+    let too_long = |n: &String| n.len() > MAX_NAME;
+    if req.user.is_empty() || too_long(&req.user) || req.groups.len() > MAX_GROUPS || req.groups.iter().any(too_long) {
+        return None;
+    }
+    let reserved = req.user.starts_with(RESERVED_PREFIX) || req.groups.iter().any(|g| g.starts_with(RESERVED_PREFIX));
+    Some((!reserved).then_some(req))
+}
+
 /// The relay's state.
 #[derive(Clone)]
 pub struct Relay {
     provider: Arc<Provider>,
     instances: Arc<dyn Instances>,
+    reviews: Arc<dyn AccessReviews>,
     refreshes: Arc<Refreshes>,
     refusals: Arc<RefusalLog>,
+    namespaces: Arc<NamespaceSlots>,
+    reviewing: Arc<NamespaceSlots>,
 }
 
 impl Relay {
-    pub fn new(provider: Arc<Provider>, instances: Arc<dyn Instances>) -> Self {
+    pub fn new(provider: Arc<Provider>, instances: Arc<dyn Instances>, reviews: Arc<dyn AccessReviews>) -> Self {
         Relay {
             provider,
             instances,
+            reviews,
             refreshes: Arc::new(Refreshes::new(REFRESH_TTL, MAX_REFRESHES)),
             refusals: Arc::new(RefusalLog { last: Mutex::new((None, 0)) }),
+            namespaces: Arc::default(),
+            reviewing: Arc::default(),
         }
     }
 }
 
 /// The relay's routes.
 pub fn relay_router(relay: Relay) -> Router {
-    Router::new().route("/oidc/token/{namespace}/{name}", post(redeem)).with_state(relay)
+    Router::new()
+        .route("/oidc/token/{namespace}/{name}", post(redeem))
+        .route("/oidc/review/{namespace}/{name}", post(review))
+        .with_state(relay)
+}
+
+/// A gate's question about its own instance: the credential in
+/// `Authorization: Bearer` proves which instance asks (the path must name
+/// it), and the review is made for that instance only.
+async fn review(
+    State(relay): State<Relay>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if body.len() > MAX_REQUEST {
+        return Refusal::Malformed.answer();
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let Ok(secret) = relay.provider.client_secret() else {
+        tracing::warn!("OIDC relay: the client secret cannot be read");
+        return Refusal::Unavailable.answer();
+    };
+    // The credential first: a made-up one costs an HMAC and nothing else.
+    if !signin::relay_credential_matches(&secret, &namespace, &name, presented) {
+        relay.refusals.note(&namespace, &name, Refusal::BadCredential);
+        return Refusal::BadCredential.answer();
+    }
+    let Some(asked) = checked_review(&body) else {
+        return Refusal::Malformed.answer();
+    };
+    let target = relay.instances.get(&namespace, &name).await;
+    if !target.is_some_and(|t| t.mode == AuthMode::Oidc) {
+        relay.refusals.note(&namespace, &name, Refusal::UnknownInstance);
+        return Refusal::UnknownInstance.answer();
+    }
+    let allowed = match asked {
+        None => false,
+        Some(req) => {
+            let Some(_slot) = relay.reviewing.try_acquire(&namespace, NAMESPACE_REVIEWS) else {
+                relay.refusals.note(&namespace, &name, Refusal::Busy);
+                return Refusal::Busy.answer();
+            };
+            match relay.reviews.may_use(&namespace, &name, &req.user, &req.groups).await {
+                Ok(allowed) => allowed,
+                Err(e) => {
+                    tracing::warn!(namespace, name, error = %e, "OIDC relay: an access review failed");
+                    return Refusal::Unavailable.answer();
+                }
+            }
+        }
+    };
+    let mut response = axum::Json(ReviewAnswer { allowed }).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 async fn redeem(
@@ -504,6 +758,11 @@ async fn redeem(
         relay.refusals.note(&namespace, &name, refusal);
         return refusal.answer();
     }
+    // The credential proved the namespace: its share of the provider's time.
+    let Some(_slot) = relay.namespaces.try_acquire(&namespace, NAMESPACE_REDEMPTIONS) else {
+        relay.refusals.note(&namespace, &name, Refusal::Busy);
+        return Refusal::Busy.answer();
+    };
     let Ok(endpoints) = relay.provider.endpoints().await else {
         return Refusal::Unavailable.answer();
     };
@@ -703,5 +962,252 @@ mod tests {
         std::fs::write(&path, vec![b'a'; 5000]).unwrap();
         assert!(read_secret(&path).is_err());
         assert!(read_secret(&dir.path().join("missing")).is_err());
+    }
+
+    /// Reviews nobody expects in a test of redemptions.
+    struct NoReviews;
+
+    impl AccessReviews for NoReviews {
+        fn may_use<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a str,
+            _: &'a [String],
+        ) -> futures::future::BoxFuture<'a, Result<bool, String>> {
+            Box::pin(async { Err("not in this test".to_string()) })
+        }
+    }
+
+    /// Two tenants' instances, as the relay's cache would hold them.
+    struct TwoTenants;
+
+    impl Instances for TwoTenants {
+        fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>> {
+            let found = (name == "dev" && ["team-a", "team-b"].contains(&namespace))
+                .then(|| target(&format!("https://{namespace}.apps.test")));
+            Box::pin(async move { found })
+        }
+    }
+
+    /// A provider stand-in on loopback: its token endpoint answers team-a's
+    /// codes after a while (a slow provider is what a flood makes of it) and
+    /// counts how many requests it holds at once.
+    async fn slow_provider() -> (String, Arc<Mutex<(usize, usize)>>) {
+        use axum::routing::get;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let in_flight: Arc<Mutex<(usize, usize)>> = Arc::default();
+        let doc = serde_json::json!({
+            "issuer": issuer, "authorization_endpoint": format!("{issuer}/auth"),
+            "token_endpoint": format!("{issuer}/token"), "jwks_uri": format!("{issuer}/keys"),
+        });
+        let counted = in_flight.clone();
+        let app = Router::new()
+            .route("/.well-known/openid-configuration", get(move || async move { axum::Json(doc) }))
+            .route(
+                "/token",
+                post(move |body: Bytes| {
+                    let counted = counted.clone();
+                    async move {
+                        let slow = String::from_utf8_lossy(&body).contains("code=slow");
+                        if slow {
+                            let mut c = counted.lock().unwrap();
+                            c.0 += 1;
+                            c.1 = c.1.max(c.0);
+                        }
+                        if slow {
+                            tokio::time::sleep(Duration::from_millis(1500)).await;
+                            counted.lock().unwrap().0 -= 1;
+                        }
+                        axum::Json(serde_json::json!({"access_token": "t", "token_type": "Bearer"}))
+                    }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (issuer, in_flight)
+    }
+
+    /// A code redemption for `<ns>/dev` sent from source address `from`: the status.
+    async fn redeem_from(relay: std::net::SocketAddr, from: [u8; 4], ns: &str, code: &str, secret: &[u8]) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((std::net::Ipv4Addr::from(from), 0).into()).unwrap();
+        let Ok(mut stream) = socket.connect(relay).await else { return 0 };
+        let body = String::from_utf8(form(&[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", &format!("https://{ns}.apps.test{}", signin::CALLBACK_PATH)),
+            ("client_id", "tc"),
+            ("client_secret", &signin::relay_credential(secret, ns, "dev")),
+        ]))
+        .unwrap();
+        let request = format!(
+            "POST /oidc/token/{ns}/dev HTTP/1.1\r\nhost: relay\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(request.as_bytes()).await.is_err() {
+            return 0;
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer).await;
+        answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn one_tenant_flooding_the_relay_leaves_the_others_sign_ins() {
+        use tokio::io::AsyncWriteExt;
+        let (issuer, in_flight) = slow_provider().await;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = b"the-real-client-secret".to_vec();
+        std::fs::write(dir.path().join("secret"), &secret).unwrap();
+        let provider = Provider::new(OidcSettings {
+            issuer_url: issuer,
+            client_id: "tc".into(),
+            client_secret_file: dir.path().join("secret"),
+            scopes: String::new(),
+            username_claim: crate::settings::UsernameClaim::Email,
+            username_prefix: String::new(),
+            groups_claim: String::new(),
+            groups_prefix: String::new(),
+            relay_url: String::new(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay = listener.local_addr().unwrap();
+        let router = relay_router(Relay::new(provider, Arc::new(TwoTenants), Arc::new(NoReviews)));
+        tokio::spawn(crate::ops::http_server::serve(listener, router, RELAY_LIMITS));
+
+        // team-a: slow-loris connections from one of its pods, at its peer cap...
+        let mut held = Vec::new();
+        for _ in 0..RELAY_LIMITS.max_connections_per_peer {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+            let mut stream = socket.connect(relay).await.unwrap();
+            stream.write_all(b"POST /oidc/token/team-a/dev HTTP/1.1\r\nhost: r").await.unwrap();
+            held.push(stream);
+        }
+        // ...and 24 valid redemptions at once from six more of its pods.
+        let flood: Vec<_> = (0..24u8)
+            .map(|i| {
+                let secret = secret.clone();
+                tokio::spawn(async move { redeem_from(relay, [127, 0, 0, 3 + i % 6], "team-a", "slow", &secret).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Meanwhile team-b signs in.
+        let b = redeem_from(relay, [127, 0, 0, 20], "team-b", "fast", &secret).await;
+        assert_eq!(b, 200, "another tenant's sign-in goes through the flood");
+        let mut statuses = Vec::new();
+        for f in flood {
+            statuses.push(f.await.unwrap());
+        }
+        let served = statuses.iter().filter(|s| **s == 200).count();
+        let busy = statuses.iter().filter(|s| **s == 429).count();
+        assert_eq!(served + busy, statuses.len(), "{statuses:?}");
+        assert!(busy >= 24 - NAMESPACE_REDEMPTIONS * 2, "the flood was not held back: {statuses:?}");
+        let most = in_flight.lock().unwrap().1;
+        assert!(most <= NAMESPACE_REDEMPTIONS, "the provider held {most} of team-a's requests at once");
+        // A fifth connection from the slow-loris pod is closed at once.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+        let mut extra = socket.connect(relay).await.unwrap();
+        let mut buf = [0u8; 1];
+        use tokio::io::AsyncReadExt;
+        let closed = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf)).await;
+        assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "a connection beyond the peer's cap stays open: {closed:?}");
+        drop(held);
+    }
+
+    #[test]
+    fn the_relay_cache_keeps_only_what_it_reads() {
+        let mut inst: TinycodeInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeInstance",
+            "metadata": {"name": "dev", "namespace": "team", "labels": {"a": "b"}, "annotations": {"big": "x"}},
+            "spec": {"auth": {"mode": "oidc"}, "git": {"url": "https://example.test/r.git"}},
+            "status": {"url": "https://dev.apps.test", "phase": "Running"},
+        }))
+        .unwrap();
+        trim_instance(&mut inst);
+        assert_eq!(inst.spec.auth.mode, AuthMode::Oidc);
+        assert!(inst.spec.git.is_none() && inst.metadata.labels.is_none() && inst.metadata.annotations.is_none());
+        let st = inst.status.unwrap();
+        assert_eq!((st.url.as_deref(), st.phase), (Some("https://dev.apps.test"), None));
+    }
+
+    /// Reviews that record what was asked and allow everyone asked about.
+    /// One question asked: namespace, instance, user, groups.
+    type Asked = (String, String, String, Vec<String>);
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<Asked>>);
+
+    impl AccessReviews for Recorded {
+        fn may_use<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+            user: &'a str,
+            groups: &'a [String],
+        ) -> futures::future::BoxFuture<'a, Result<bool, String>> {
+            self.0.lock().unwrap().push((namespace.into(), name.into(), user.into(), groups.to_vec()));
+            Box::pin(async { Ok(true) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_gate_asks_about_its_own_instance_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = b"the-real-client-secret".to_vec();
+        std::fs::write(dir.path().join("secret"), &secret).unwrap();
+        let provider = Provider::new(OidcSettings {
+            issuer_url: "http://127.0.0.1:9".into(),
+            client_id: "tc".into(),
+            client_secret_file: dir.path().join("secret"),
+            scopes: String::new(),
+            username_claim: crate::settings::UsernameClaim::Email,
+            username_prefix: String::new(),
+            groups_prefix: String::new(),
+            groups_claim: String::new(),
+            relay_url: String::new(),
+        });
+        let recorded = Arc::new(Recorded::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = relay_router(Relay::new(provider, Arc::new(TwoTenants), recorded.clone()));
+        tokio::spawn(crate::ops::http_server::serve(listener, router, RELAY_LIMITS));
+        let http = reqwest::Client::new();
+        let ask = |path: &str, credential: String, body: serde_json::Value| {
+            let request = http.post(format!("http://{addr}{path}")).bearer_auth(credential).json(&body);
+            async move {
+                let answer = request.send().await.unwrap();
+                let status = answer.status().as_u16();
+                (status, answer.json::<serde_json::Value>().await.unwrap_or_default())
+            }
+        };
+        let a = signin::relay_credential(&secret, "team-a", "dev");
+        let user = serde_json::json!({"user": "oidc:alice", "groups": ["oidc:dev"]});
+        let (status, answer) = ask("/oidc/review/team-a/dev", a.clone(), user.clone()).await;
+        assert_eq!((status, answer["allowed"].as_bool()), (200, Some(true)));
+        assert_eq!(
+            recorded.0.lock().unwrap().clone(),
+            vec![("team-a".into(), "dev".into(), "oidc:alice".into(), vec!["oidc:dev".to_string()])]
+        );
+        // team-a's credential asks nothing about team-b's instance.
+        assert_eq!(ask("/oidc/review/team-b/dev", a.clone(), user.clone()).await.0, 401);
+        assert_eq!(ask("/oidc/review/team-a/dev", "trc1.00".into(), user.clone()).await.0, 401);
+        // An instance the relay does not know (or not in oidc mode): refused.
+        let ghost = signin::relay_credential(&secret, "team-a", "ghost");
+        assert_eq!(ask("/oidc/review/team-a/ghost", ghost, user).await.0, 401);
+        // A name only the cluster gives is never asked about: not allowed.
+        let masters = serde_json::json!({"user": "oidc:mallory", "groups": ["system:masters"]});
+        let (status, answer) = ask("/oidc/review/team-a/dev", a.clone(), masters).await;
+        assert_eq!((status, answer["allowed"].as_bool()), (200, Some(false)));
+        let admin = serde_json::json!({"user": "system:admin"});
+        assert_eq!(ask("/oidc/review/team-a/dev", a.clone(), admin).await.1["allowed"], false);
+        // Fields the relay does not know, or no user: malformed.
+        let extra = serde_json::json!({"user": "oidc:alice", "uid": "0"});
+        assert_eq!(ask("/oidc/review/team-a/dev", a.clone(), extra).await.0, 400);
+        assert_eq!(ask("/oidc/review/team-a/dev", a, serde_json::json!({"user": ""})).await.0, 400);
+        assert_eq!(recorded.0.lock().unwrap().len(), 1, "only the first question reached the apiserver");
     }
 }

@@ -3,6 +3,7 @@
 //! start-up from API discovery (or `--platform`), then passed around as a
 //! value: one code path, never a fork.
 
+pub mod admission;
 pub mod openshift;
 pub mod prepare;
 pub mod rbac;

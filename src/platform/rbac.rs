@@ -41,9 +41,6 @@ fn agent_roles() -> Vec<String> {
 fn discovery_role() -> Vec<String> {
     vec![crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE.into()]
 }
-fn access_reviewer_role() -> Vec<String> {
-    vec![crate::render::naming::ACCESS_REVIEWER_ROLE.into()]
-}
 fn scc_use_roles() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.use_cluster_role()).collect()
 }
@@ -180,13 +177,6 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "helm binds tinycode-discovery in namespaces opened to vLLM discovery",
     },
     Permission {
-        group: "rbac.authorization.k8s.io",
-        resources: &["clusterroles"],
-        verbs: &["bind"],
-        names: access_reviewer_role,
-        why: "helm binds tinycode-access-reviewer to the ServiceAccount of an auth.mode oidc instance (its gate asks SubjectAccessReviews)",
-    },
-    Permission {
         group: "security.openshift.io",
         resources: &["securitycontextconstraints"],
         verbs: &["get", "list", "watch"],
@@ -212,7 +202,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resources: &["subjectaccessreviews"],
         verbs: &["create"],
         names: any,
-        why: "authorize a /metrics caller for get on the non-resource URL /metrics (--metrics-auth rbac)",
+        why: "authorize a /metrics caller for get on the non-resource URL /metrics (--metrics-auth rbac); answer an oidc instance's gate, through the relay, whether a signed-in user may use that instance",
     },
     Permission {
         group: "events.k8s.io",
@@ -243,6 +233,13 @@ pub const LEADER_ELECTION_PERMISSIONS: &[Permission] = &[
         names: any,
         why: "helm stores each instance's release records here (the operator caches their metadata); stale records are cleaned up",
     },
+    Permission {
+        group: "",
+        resources: &["configmaps"],
+        verbs: &["get", "create", "patch"],
+        names: any,
+        why: "write the host-directory admission policy's parameter (--hostpath-allowed-prefixes) at start",
+    },
 ];
 
 /// What an instance's ServiceAccount may do in a namespace opened to discovery.
@@ -253,32 +250,6 @@ pub const DISCOVERY_PERMISSIONS: &[Permission] = &[Permission {
     names: any,
     why: "find vLLM Services annotated tinycode.dev/discover=vllm",
 }];
-
-/// What the gate of an auth.mode oidc instance may do: ask whether a
-/// signed-in user may `use` the instance. (OpenShift's gate asks with the
-/// user's own token and needs nothing.)
-pub const ACCESS_REVIEWER_PERMISSIONS: &[Permission] = &[Permission {
-    group: "authorization.k8s.io",
-    resources: &["subjectaccessreviews"],
-    verbs: &["create"],
-    names: any,
-    why: "ask whether a signed-in user may use the instance (verb use on tinycodeinstances/<name>)",
-}];
-
-/// The `tinycode-access-reviewer` ClusterRole, installed once with the
-/// operator and bound per oidc instance.
-pub fn access_reviewer_cluster_role_manifest() -> serde_json::Value {
-    let role = ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(crate::render::naming::ACCESS_REVIEWER_ROLE.into()),
-            labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "tinycode-operator".into())])),
-            ..Default::default()
-        },
-        rules: Some(rules(ACCESS_REVIEWER_PERMISSIONS)),
-        ..Default::default()
-    };
-    crate::platform::manifest(&role)
-}
 
 /// The `tinycode-discovery` ClusterRole, installed once with the operator and
 /// bound per namespace with RoleBindings, so the operator never writes ClusterRoles.
@@ -396,7 +367,6 @@ mod tests {
         assert_eq!(
             bindable,
             vec![
-                "tinycode-access-reviewer",
                 "tinycode-discovery",
                 "tinycode-scc-hostpath",
                 "tinycode-scc-restricted",

@@ -261,21 +261,97 @@ pub fn decide(
         judged_by,
         message,
         last_handled_start_at: handled,
+        required: settings.required && t.timeout.is_some(),
     });
     state
+}
+
+/// Idle stop while the spec is not applied (suspended, or refused for
+/// `why`): a required timeout still holds for the pods that run, else a
+/// tenant keeps them forever by suspending or breaking the spec. Nothing
+/// starts here (no spec is applied): a stop holds until the spec is valid
+/// and the instance is started. None: status.idle stays as it is.
+pub fn decide_refused(
+    inst: &TinycodeInstance,
+    settings: &IdleSettings,
+    obs: Option<&Observation>,
+    now: Timestamp,
+    running: bool,
+    why: &str,
+) -> Option<IdleState> {
+    let t = timeout(&inst.spec, settings);
+    let limit = t.timeout.filter(|_| settings.required)?;
+    let status = inst.status.clone().unwrap_or_default();
+    let prev = status.idle.clone().unwrap_or_default();
+    let stamp = |t: Timestamp| Timestamp::from_second(t.as_second()).unwrap_or(t).to_string();
+    let mut state = IdleState { last_activity_time: status.last_activity_time.clone(), ..Default::default() };
+    let base = format!(
+        "stops after {} without activity ({}), required whatever the instance's state",
+        format_duration(limit),
+        t.origin
+    );
+    let mut idle = IdleStatus {
+        timeout: format_duration(limit),
+        required: true,
+        last_handled_start_at: prev.last_handled_start_at.clone(),
+        judged_by: prev.judged_by.clone(),
+        message: base.clone(),
+        ..Default::default()
+    };
+    if prev.stopped {
+        idle.stopped = true;
+        idle.message = prev.message.clone();
+        state.stopped = true;
+    } else if running {
+        let floor: Option<Timestamp> = status.last_activity_time.as_deref().and_then(|t| t.parse().ok());
+        match verdict(obs, limit, floor, now) {
+            Verdict::Idle { since } => {
+                idle.stopped = true;
+                state.stopped = true;
+                state.transition = Some(Transition::Stopped { since });
+                state.last_activity_time = Some(stamp(since));
+                idle.message = format!(
+                    "stopped for idleness while the spec is not applied ({why}): no activity since {} ({} timeout, {}); it starts again once the spec is applied and the instance is started",
+                    stamp(since),
+                    format_duration(limit),
+                    t.origin
+                );
+            }
+            Verdict::Unknown(e) if obs.is_some() => {
+                idle.judged_by = "unknown".into();
+                idle.message =
+                    format!("{base}; activity unknown, so it is not stopped: {}", crate::reconcile::truncate(&e, 300));
+            }
+            _ => {
+                if let Some(Ok(a)) = obs.map(|o| &o.result) {
+                    idle.judged_by = a.judged_by.as_str().into();
+                }
+            }
+        }
+    }
+    state.status = Some(idle);
+    Some(state)
 }
 
 /// The last check of every instance being watched.
 pub type Observations = Mutex<HashMap<ObjectRef<TinycodeInstance>, Observation>>;
 
-/// Whether `inst` is checked: running, with a timeout, not stopped, suspended or going.
+/// Whether `inst` is checked: running, with a timeout, not stopped,
+/// suspended or going; where idle stop is required, in any phase but
+/// Stopped (suspended, refused or deploying pods may run all the same).
 pub fn watched(inst: &TinycodeInstance, settings: &IdleSettings) -> bool {
     let status = inst.status.as_ref();
+    let phase = status.and_then(|s| s.phase);
+    let idle = status.and_then(|s| s.idle.as_ref());
+    let required = settings.required || idle.is_some_and(|i| i.required);
+    let checked_phase = if required {
+        !matches!(phase, Some(Phase::Stopped) | Some(Phase::Terminating) | None)
+    } else {
+        !inst.spec.suspend && !inst.spec.stopped && phase == Some(Phase::Running)
+    };
     inst.metadata.deletion_timestamp.is_none()
-        && !inst.spec.suspend
-        && !inst.spec.stopped
-        && status.and_then(|s| s.phase) == Some(Phase::Running)
-        && !status.and_then(|s| s.idle.as_ref()).is_some_and(|i| i.stopped)
+        && checked_phase
+        && !idle.is_some_and(|i| i.stopped)
         && in_force(inst, settings).is_some()
 }
 
@@ -526,5 +602,60 @@ mod tests {
         assert!(!watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), deploying, None), &settings));
         let idle_stopped = serde_json::json!({"phase": "Running", "idle": {"timeout": "1h", "stopped": true}});
         assert!(!watched(&inst(serde_json::json!({"idle": {"timeout": "1h"}}), idle_stopped, None), &settings));
+    }
+
+    #[test]
+    fn required_idle_stop_holds_while_suspended_or_refused() {
+        let now = ts("2026-12-04T12:00:00Z");
+        let idle = obs("2026-12-04T10:00:00Z", Some(false));
+        let required =
+            IdleSettings { required: true, default_timeout: Some(Duration::from_secs(3600)), ..Default::default() };
+        let suspended = inst(serde_json::json!({"suspend": true}), serde_json::json!({"phase": "Suspended"}), None);
+        // Not required: the operator keeps its hands off a suspended instance.
+        let open = IdleSettings { default_timeout: Some(Duration::from_secs(3600)), ..Default::default() };
+        assert_eq!(decide_refused(&suspended, &open, Some(&idle), now, true, "suspended"), None);
+        // Required and idle: stopped, and status says why while the spec is not applied.
+        let d = decide_refused(&suspended, &required, Some(&idle), now, true, "spec.suspend is true").unwrap();
+        assert!(d.stopped);
+        assert_eq!(d.transition, Some(Transition::Stopped { since: ts("2026-12-04T10:00:00Z") }));
+        let st = d.status.unwrap();
+        assert!(st.stopped && st.required && st.timeout == "1h");
+        assert!(st.message.contains("while the spec is not applied (spec.suspend is true)"), "{}", st.message);
+        // Turning idle stop off in the spec changes nothing under the rule.
+        let off = inst(
+            serde_json::json!({"suspend": true, "idle": {"timeout": "0"}}),
+            serde_json::json!({"phase": "Failed"}),
+            None,
+        );
+        assert!(decide_refused(&off, &required, Some(&idle), now, true, "ExceedsPolicy").unwrap().stopped);
+        // Active, unknown or not running: not stopped, but watched from now on.
+        let active = obs("2026-12-04T11:30:00Z", None);
+        let d = decide_refused(&suspended, &required, Some(&active), now, true, "x").unwrap();
+        assert!(!d.stopped && d.status.as_ref().unwrap().required);
+        let d = decide_refused(&suspended, &required, Some(&idle), now, false, "x").unwrap();
+        assert!(!d.stopped && d.transition.is_none(), "nothing runs: nothing to stop");
+        // A stop holds: no start while the spec is not applied.
+        let stopped = serde_json::json!({"phase": "Failed", "idle": {"timeout": "1h", "stopped": true, "required": true, "message": "m"}});
+        let i = inst(serde_json::json!({}), stopped, Some("s1"));
+        let d = decide_refused(&i, &required, Some(&active), now, false, "x").unwrap();
+        assert!(d.stopped && d.transition.is_none());
+        assert_eq!(d.status.unwrap().message, "m");
+    }
+
+    #[test]
+    fn where_idle_stop_is_required_every_phase_with_pods_is_watched() {
+        let open = IdleSettings::default();
+        let status = |phase: &str| serde_json::json!({"phase": phase, "idle": {"timeout": "1h", "required": true}});
+        for phase in ["Running", "Suspended", "Failed", "Deploying"] {
+            assert!(watched(&inst(serde_json::json!({"suspend": true}), status(phase), None), &open), "{phase}");
+        }
+        assert!(!watched(&inst(serde_json::json!({}), status("Stopped"), None), &open));
+        // Not required: a suspended or failed instance is left alone.
+        let free = |phase: &str| serde_json::json!({"phase": phase, "idle": {"timeout": "1h"}});
+        assert!(!watched(&inst(serde_json::json!({"suspend": true}), free("Suspended"), None), &open));
+        assert!(!watched(&inst(serde_json::json!({}), free("Failed"), None), &open));
+        // The operator's own rule needs no status.
+        let required = IdleSettings { required: true, ..Default::default() };
+        assert!(watched(&inst(serde_json::json!({"suspend": true}), free("Suspended"), None), &required));
     }
 }

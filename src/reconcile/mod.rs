@@ -312,7 +312,11 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
             // Every message names the CLI the cluster has (its builders are told which).
             let message = err.to_string();
             let failures = helm_run::recorded_failures(ctx, inst);
-            let st = status::failed(inst, &err, &message, failures, &now());
+            let mut st = status::failed(inst, &err, &message, failures, &now());
+            if let Some(idle) = enforce_idle(ctx, inst, err.reason()).await {
+                st.idle = idle.status;
+                st.last_activity_time = idle.last_activity_time;
+            }
             if let Err(e) = written::write_status_if_changed(ctx, inst, &st).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
             }
@@ -347,7 +351,8 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
                 .within(&inst.namespace().unwrap_or_default()),
         );
         let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
-        let st = status::suspended(inst, stopped, &now());
+        let idle = enforce_idle(ctx, inst, "spec.suspend is true").await;
+        let st = status::suspended(inst, stopped, idle, &now());
         written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
         ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
         // Namespace labels wake it; a kubeconfig owner's consent lives on a
@@ -444,6 +449,43 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         (false, true) => RESYNC_DIAGNOSED,
         (false, false) => RESYNC_DEPLOYING,
     }))
+}
+
+/// Required idle stop where the spec is not applied (suspended, or refused
+/// for `why`): the pods that still run are judged by the last activity check
+/// and scaled to zero when idle, and `st` says so (README.md, "Idle stop").
+/// A scale-down that fails leaves status as it was; the next check retries.
+async fn enforce_idle(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Option<idle::IdleState> {
+    use crate::render::naming;
+    let class_idle = match observe::class_of(ctx, inst).0 {
+        policy::Choice::Found { spec, .. } => spec.idle.clone(),
+        _ => None,
+    };
+    let settings = policy::idle_settings(class_idle.as_ref(), &ctx.settings.idle);
+    if !settings.required {
+        return None;
+    }
+    let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
+    let runs = |deployment: String| {
+        ctx.stores.deployments.get(&ObjectRef::new(&deployment).within(&ns)).is_some_and(|d| d.spec.replicas != Some(0))
+    };
+    let (server, ollama) = (runs(naming::fullname(&name)), runs(naming::ollama(&name)));
+    let obs = ctx.activity.lock().expect("lock").get(&ObjectRef::from_obj(inst)).cloned();
+    let state = idle::decide_refused(inst, &settings, obs.as_ref(), Timestamp::now(), server || ollama, why)?;
+    if let Some(idle::Transition::Stopped { since }) = &state.transition {
+        for (deployment, running) in [(naming::fullname(&name), server), (naming::ollama(&name), ollama)] {
+            if running && let Err(e) = revoke::scale_down(ctx, inst, &deployment).await {
+                tracing::warn!(error = %e, "could not stop an idle instance whose spec is not applied");
+                return None;
+            }
+        }
+        ctx.metrics.idle_stop();
+        let note = format!(
+            "no activity since {since} while the spec is not applied ({why}); idle stop is required here, so the workloads were scaled to zero; data kept"
+        );
+        ctx.event(inst, EventType::Normal, "IdleStopped", "Reconcile", note).await;
+    }
+    Some(state)
 }
 
 /// Why the instance's rollout has not finished: the pods of the workload it

@@ -410,6 +410,74 @@ fn merge_placement(
     }
 }
 
+/// What an instance's workloads run now, read from its Deployments' pod
+/// templates (not from the spec, which a tenant may have changed since).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Running {
+    /// The tinycode container's image (None: the workload does not run).
+    pub image: Option<String>,
+    /// The tinycode container's resources.
+    pub tinycode: ResourceLists,
+    /// The pod clones a repository (the git init container).
+    pub git: bool,
+    /// The bundled Ollama runs, with these resources.
+    pub ollama: Option<ResourceLists>,
+}
+
+/// A part of what runs that its class no longer permits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beyond {
+    pub exceeds: Exceeds,
+    /// The bundled Ollama's workload (else tinycode's).
+    pub ollama: bool,
+}
+
+/// What of `running` the class `name` no longer permits: the image, the
+/// git and Ollama modes, and resources above its caps. The same limits as
+/// [`apply`], read on what the pods run, so tightening a class stops what
+/// it no longer allows even while the spec is refused or suspended.
+pub fn beyond_class(name: &str, class: &TinycodeClassSpec, running: &Running) -> Vec<Beyond> {
+    let of = format!("class {name:?}");
+    let mut out = Vec::new();
+    let mut push = |ollama: bool, field: &str, message: String| {
+        out.push(Beyond { exceeds: Exceeds { field: field.into(), message }, ollama })
+    };
+    if let Some(image) = &running.image {
+        if class.allow_custom_image == Some(false) {
+            let only = class.image.as_deref().unwrap_or(DEFAULT_IMAGE);
+            if image != only {
+                push(false, "spec.image", format!("{image} runs, and {of} runs only {only} (allowCustomImage: false)"));
+            }
+        }
+        if running.git && !permits(Some(class), Mode::Git) {
+            push(false, Mode::Git.field(), format!("{of} no longer permits the git mode (permittedModes)"));
+        }
+        let mut exceeds = |field: &str, message: String| push(false, field, message);
+        cap(
+            "spec.resources",
+            &running.tinycode,
+            &class.tinycode.clone().unwrap_or_default(),
+            &format!("{of} (tinycode.max)"),
+            &mut exceeds,
+        );
+    }
+    if let Some(lists) = &running.ollama {
+        if !permits(Some(class), Mode::Ollama) {
+            push(true, Mode::Ollama.field(), format!("{of} no longer permits the ollama mode (permittedModes)"));
+        } else {
+            let mut exceeds = |field: &str, message: String| push(true, field, message);
+            cap(
+                "spec.ollama.resources",
+                lists,
+                &class.ollama.clone().unwrap_or_default(),
+                &format!("{of} (ollama.max)"),
+                &mut exceeds,
+            );
+        }
+    }
+    out
+}
+
 /// Idle stop under a class: its default, maximum and rule where it sets
 /// them; the operator's maximum still caps and its rule still holds.
 pub fn idle_settings(policy: Option<&crate::api::IdlePolicy>, operator: &IdleSettings) -> IdleSettings {

@@ -267,11 +267,11 @@ fn a_stricter_class_withdraws_what_it_no_longer_permits() {
         ..Held::default()
     };
     let open: TinycodeClassSpec = serde_json::from_value(json!({})).unwrap();
-    assert_eq!(class_withdrawals(Some(&open), &held), vec![]);
+    assert_eq!(class_withdrawals(Some(("open", &open)), &held), vec![]);
     assert_eq!(class_withdrawals(None, &held), vec![]);
     let strict: TinycodeClassSpec = serde_json::from_value(json!({"permittedModes": ["git"]})).unwrap();
     assert_eq!(
-        class_withdrawals(Some(&strict), &held),
+        class_withdrawals(Some(("strict", &strict)), &held),
         vec![Withdraw::SccGrant(SccTier::Shell), Withdraw::ClusterRoleBinding, Withdraw::KubeconfigCopy]
     );
 }
@@ -313,4 +313,60 @@ fn an_instance_counts_against_the_class_it_runs_under_whatever_its_spec_says_now
     inst.spec.class_name = Some("std".into());
     inst.status = Some(crate::api::TinycodeInstanceStatus { class: Some("std".into()), ..Default::default() });
     assert!(!counts_against(&inst, "gpu", &classes) && counts_against(&inst, "std", &classes));
+}
+
+#[test]
+fn a_stricter_class_stops_what_runs_beyond_it() {
+    use crate::reconcile::revoke::{Held, Withdraw, class_withdrawals, stops_ollama, stops_workload};
+    let lists = |cpu: &str, memory: &str| crate::api::ResourceLists {
+        requests: [("cpu".to_string(), "100m".to_string())].into(),
+        limits: [("cpu".to_string(), cpu.to_string()), ("memory".to_string(), memory.to_string())].into(),
+    };
+    let running = Running {
+        image: Some("registry.example/me/tinycode:dev".into()),
+        tinycode: lists("4", "8Gi"),
+        git: true,
+        ollama: Some(lists("2", "4Gi")),
+    };
+    let held = Held { workload_running: true, running: running.clone(), ..Held::default() };
+    // A class that allows all of it: nothing stops.
+    let open: TinycodeClassSpec =
+        serde_json::from_value(json!({"tinycode": {"max": {"cpu": "4", "memory": "8Gi"}}})).unwrap();
+    assert_eq!(beyond_class("open", &open, &running), vec![]);
+    assert!(class_withdrawals(Some(("open", &open)), &held).is_empty());
+
+    // Tightened: the image, git, the tinycode cap; each named by field, limit and class.
+    let strict: TinycodeClassSpec = serde_json::from_value(json!({
+        "image": "registry.example/tinycode:1", "allowCustomImage": false,
+        "permittedModes": ["ollama"],
+        "tinycode": {"max": {"cpu": "2", "memory": "8Gi"}},
+        "ollama": {"max": {"cpu": "2", "memory": "4Gi"}},
+    }))
+    .unwrap();
+    let beyond = beyond_class("small", &strict, &running);
+    let fields: Vec<&str> = beyond.iter().map(|b| b.exceeds.field.as_str()).collect();
+    assert_eq!(fields, vec!["spec.image", "spec.git", "spec.resources.limits.cpu"]);
+    assert!(beyond.iter().all(|b| !b.ollama && b.exceeds.message.contains("class \"small\"")));
+    assert!(beyond[2].exceeds.message.contains("4 exceeds 2"), "{}", beyond[2].exceeds.message);
+    let w = class_withdrawals(Some(("small", &strict)), &held);
+    assert!(stops_workload(&w, &held) && !stops_ollama(&w, &held), "Ollama is within the class");
+
+    // Ollama no longer permitted, or above its cap: only Ollama stops.
+    let no_ollama: TinycodeClassSpec = serde_json::from_value(json!({"permittedModes": ["git"]})).unwrap();
+    let w = class_withdrawals(Some(("no-ollama", &no_ollama)), &held);
+    assert!(
+        matches!(&w[..], [Withdraw::BeyondClass(b)] if b.ollama && b.exceeds.field == "spec.ollama.enabled"),
+        "{w:?}"
+    );
+    assert!(stops_ollama(&w, &held) && !stops_workload(&w, &held));
+    let small_ollama: TinycodeClassSpec =
+        serde_json::from_value(json!({"ollama": {"max": {"memory": "2Gi"}}})).unwrap();
+    let beyond = beyond_class("c", &small_ollama, &running);
+    assert_eq!(beyond.len(), 1);
+    assert_eq!(beyond[0].exceeds.field, "spec.ollama.resources.limits.memory");
+
+    // Nothing runs (stopped, or scaled down already): nothing to stop.
+    let idle = Held { workload_running: false, running: Running::default(), ..Held::default() };
+    let w = class_withdrawals(Some(("small", &strict)), &idle);
+    assert!(w.is_empty() && !stops_workload(&w, &idle) && !stops_ollama(&w, &idle));
 }

@@ -50,6 +50,8 @@ pub struct Held {
     pub writable_host_path: bool,
     /// The Deployment exists and was not scaled down by a revocation yet.
     pub workload_running: bool,
+    /// What the workloads run (a class's limits apply to it).
+    pub running: crate::reconcile::policy::Running,
 }
 
 /// Something granted whose approval is gone.
@@ -61,6 +63,9 @@ pub enum Withdraw {
     DiscoveryBinding(String),
     /// Writes to the host directory (no object: the workload stops).
     HostPathWrites,
+    /// What runs is beyond its class now (an image, a mode, resources): the
+    /// workload concerned stops.
+    BeyondClass(crate::reconcile::policy::Beyond),
 }
 
 impl Withdraw {
@@ -70,6 +75,7 @@ impl Withdraw {
         match self {
             Withdraw::ClusterRoleBinding | Withdraw::DiscoveryBinding(_) => false,
             Withdraw::KubeconfigCopy | Withdraw::HostPathWrites => true,
+            Withdraw::BeyondClass(b) => !b.ollama,
             Withdraw::SccGrant(tier) => *tier != SccTier::Restricted,
         }
     }
@@ -81,6 +87,7 @@ impl Withdraw {
             Withdraw::SccGrant(tier) => format!("the {} SCC grant", tier.scc_name()),
             Withdraw::DiscoveryBinding(ns) => format!("the discovery RoleBinding in {ns}"),
             Withdraw::HostPathWrites => "writes to the host directory".into(),
+            Withdraw::BeyondClass(b) => format!("what runs as {} ({})", b.exceeds.field, b.exceeds.message),
         }
     }
 }
@@ -132,13 +139,20 @@ pub fn withdrawals(
     out
 }
 
-/// What a class no longer permits (its `permittedModes`), withdrawn as an
-/// approval taken back is: the shell and hostPath tiers' SCC grants, and
-/// cluster-admin mode's ClusterRoleBinding and kubeconfig copy.
-pub fn class_withdrawals(class: Option<&crate::api::TinycodeClassSpec>, held: &Held) -> Vec<Withdraw> {
+/// What a class no longer permits, withdrawn as an approval taken back is:
+/// the shell and hostPath tiers' SCC grants, cluster-admin mode's
+/// ClusterRoleBinding and kubeconfig copy, and the workload running what the
+/// class no longer allows (its image, git or Ollama, resources above a cap).
+pub fn class_withdrawals(class: Option<(&str, &crate::api::TinycodeClassSpec)>, held: &Held) -> Vec<Withdraw> {
     use crate::api::Mode;
     use crate::reconcile::policy::permits;
     let mut out = Vec::new();
+    if let Some((name, spec)) = class {
+        out.extend(
+            crate::reconcile::policy::beyond_class(name, spec, &held.running).into_iter().map(Withdraw::BeyondClass),
+        );
+    }
+    let class = class.map(|(_, spec)| spec);
     for (tier, mode) in [(SccTier::Shell, Mode::Shell), (SccTier::Hostpath, Mode::HostPath)] {
         if held.scc_grants.contains(&tier) && !permits(class, mode) {
             out.push(Withdraw::SccGrant(tier));
@@ -159,6 +173,32 @@ pub fn class_withdrawals(class: Option<&crate::api::TinycodeClassSpec>, held: &H
 pub fn stops_workload(what: &[Withdraw], held: &Held) -> bool {
     held.workload_running && what.iter().any(Withdraw::in_the_pod)
 }
+
+/// Whether the bundled Ollama must stop because of `what`.
+pub fn stops_ollama(what: &[Withdraw], held: &Held) -> bool {
+    held.running.ollama.is_some() && what.iter().any(|w| matches!(w, Withdraw::BeyondClass(b) if b.ollama))
+}
+
+/// What a Deployment's pods run, as far as a class limits it (None: it does
+/// not run, or a revocation stopped it).
+fn running_of(d: Option<&Deployment>, container: &str) -> Option<(String, crate::api::ResourceLists, bool)> {
+    let d = d.filter(|d| !scaled_down(d) && d.spec.replicas != Some(0))?;
+    let pod = d.spec.template.spec.as_ref()?;
+    let main = pod.containers.iter().find(|c| c.name == container)?;
+    let lists = |m: Option<
+        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| { m.into_iter().flatten().map(|(k, v)| (k.clone(), v.0.clone())).collect() };
+    let resources = main.resources.as_ref();
+    let lists = crate::api::ResourceLists {
+        requests: lists(resources.and_then(|r| r.requests.as_ref())),
+        limits: lists(resources.and_then(|r| r.limits.as_ref())),
+    };
+    let git = pod.init_containers.iter().flatten().any(|c| c.name == GIT_INIT_CONTAINER);
+    Some((main.image.clone().unwrap_or_default(), lists, git))
+}
+
+/// The chart's init container that clones spec.git.
+const GIT_INIT_CONTAINER: &str = "git-clone";
 
 /// The namespace opted in (where required) and carries the cluster-admin's
 /// preparation mark (where required).
@@ -204,7 +244,14 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
         Some(_) => Some(kubeconfig_still_shared(ctx, inst, &ns).await?),
     };
     let deployment = stores.deployments.get(&ObjectRef::new(&naming::fullname(&name)).within(&ns));
+    let ollama = stores.deployments.get(&ObjectRef::new(&naming::ollama(&name)).within(&ns));
+    let mut running = crate::reconcile::policy::Running::default();
+    if let Some((image, tinycode, git)) = running_of(deployment.as_deref(), "tinycode") {
+        running = crate::reconcile::policy::Running { image: Some(image), tinycode, git, ..running };
+    }
+    running.ollama = running_of(ollama.as_deref(), "ollama").map(|(_, lists, _)| lists);
     Ok(Held {
+        running,
         cluster_role,
         scc_grants,
         discovery_bindings,
@@ -248,11 +295,8 @@ pub async fn revoke(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Result
     let held = held(ctx, inst).await?;
     let open = discovery_open(ctx, inst);
     let mut what = withdrawals(inst, labels.as_ref(), &open, &ctx.settings, &held);
-    let class = match crate::reconcile::observe::class_of(ctx, inst).0 {
-        crate::reconcile::policy::Choice::Found { spec, .. } => Some(*spec),
-        _ => None,
-    };
-    for w in class_withdrawals(class.as_ref(), &held) {
+    let class = governing_class(ctx, inst);
+    for w in class_withdrawals(class.as_ref().map(|(n, s)| (n.as_str(), s)), &held) {
         if !what.contains(&w) {
             what.push(w);
         }
@@ -261,6 +305,7 @@ pub async fn revoke(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Result
         return Ok(what);
     }
     let stop = stops_workload(&what, &held);
+    let stop_ollama = stops_ollama(&what, &held);
     let mut skipped = Vec::new();
     for w in &what {
         if let Err(e) = withdraw_one(ctx, inst, w).await {
@@ -268,15 +313,19 @@ pub async fn revoke(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Result
             skipped.push(w.describe());
         }
     }
-    if stop && let Err(e) = scale_down(ctx, inst).await {
+    if stop && let Err(e) = scale_down(ctx, inst, &naming::fullname(&inst.name_any())).await {
         tracing::warn!(error = %e, "could not scale the workload down");
         skipped.push("the scale-down of the workload".into());
+    }
+    if stop_ollama && let Err(e) = scale_down(ctx, inst, &naming::ollama(&inst.name_any())).await {
+        tracing::warn!(error = %e, "could not scale the bundled Ollama down");
+        skipped.push("the scale-down of the bundled Ollama".into());
     }
     let mut note = format!(
         "approval withdrawn ({why}): removed {}",
         what.iter().map(Withdraw::describe).collect::<Vec<_>>().join(", ")
     );
-    if stop {
+    if stop || stop_ollama {
         note.push_str("; the workload was scaled to zero and starts again once the instance may run");
     }
     if !skipped.is_empty() {
@@ -284,6 +333,21 @@ pub async fn revoke(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Result
     }
     ctx.event(inst, EventType::Warning, "ApprovalWithdrawn", "Revoke", note).await;
     Ok(what)
+}
+
+/// The class whose limits apply to what runs: the one the spec chooses, else
+/// the one it was last rendered under (`status.class`): renaming className
+/// to a missing class leaves the release running under its old class.
+fn governing_class(ctx: &Context, inst: &TinycodeInstance) -> Option<(String, crate::api::TinycodeClassSpec)> {
+    use crate::reconcile::policy::Choice;
+    match crate::reconcile::observe::class_of(ctx, inst).0 {
+        Choice::Found { name, spec, .. } => Some((name, *spec)),
+        _ => {
+            let last = inst.status.as_ref()?.class.clone()?;
+            let class = ctx.stores.classes.get(&ObjectRef::new(&last))?;
+            class.metadata.deletion_timestamp.is_none().then(|| (last, class.spec.clone()))
+        }
+    }
 }
 
 /// Namespaces open to this instance's discovery, as far as labels say.
@@ -325,16 +389,16 @@ pub(crate) async fn withdraw_one(ctx: &Context, inst: &TinycodeInstance, what: &
             let api = Api::<RoleBinding>::namespaced(client, other);
             delete_ignoring_missing(&api, &naming::discovery_binding(&ns, &name)).await
         }
-        Withdraw::HostPathWrites => Ok(()),
+        Withdraw::HostPathWrites | Withdraw::BeyondClass(_) => Ok(()),
     }
 }
 
-/// Scales the tinycode Deployment to zero under [`REVOKE_MANAGER`].
-async fn scale_down(ctx: &Context, inst: &TinycodeInstance) -> Result<(), kube::Error> {
-    let (name, ns) = (inst.name_any(), inst.namespace().unwrap_or_default());
+/// Scales a Deployment of the instance to zero under [`REVOKE_MANAGER`].
+pub(crate) async fn scale_down(ctx: &Context, inst: &TinycodeInstance, deployment: &str) -> Result<(), kube::Error> {
+    let ns = inst.namespace().unwrap_or_default();
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let params = PatchParams { field_manager: Some(REVOKE_MANAGER.into()), ..Default::default() };
-    match api.patch(&naming::fullname(&name), &params, &Patch::Merge(json!({"spec": {"replicas": 0}}))).await {
+    match api.patch(deployment, &params, &Patch::Merge(json!({"spec": {"replicas": 0}}))).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),

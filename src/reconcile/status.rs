@@ -174,10 +174,22 @@ pub fn failed(
 }
 
 /// Status of a suspended instance: nothing applied, the rest kept.
-pub fn suspended(inst: &TinycodeInstance, stopped: bool, now: &str) -> TinycodeInstanceStatus {
-    let prev = inst.status.clone().unwrap_or_default();
+/// `idle`: required idle stop, decided while suspended (None: as it was).
+pub fn suspended(
+    inst: &TinycodeInstance,
+    stopped: bool,
+    idle: Option<crate::reconcile::idle::IdleState>,
+    now: &str,
+) -> TinycodeInstanceStatus {
+    let mut prev = inst.status.clone().unwrap_or_default();
+    if let Some(idle) = idle {
+        prev.idle = idle.status;
+        prev.last_activity_time = idle.last_activity_time;
+    }
     let generation = inst.metadata.generation;
-    let message = if stopped {
+    let message = if prev.idle.as_ref().is_some_and(|i| i.stopped) {
+        "spec.suspend is true: the operator runs no helm for this instance until it is false; idle stop is required here, and the workload was stopped for idleness (status.idle)"
+    } else if stopped {
         "spec.suspend is true: the operator runs no helm for this instance until it is false; an approval its workload used was withdrawn, so the workload was scaled to zero (see the ApprovalWithdrawn event)"
     } else {
         "spec.suspend is true: the operator runs no helm for this instance until it is false, and only withdraws what a withdrawn approval granted"
@@ -375,7 +387,7 @@ mod tests {
             helm_revision: Some(4),
             ..Default::default()
         });
-        let s = suspended(&inst, false, "t");
+        let s = suspended(&inst, false, None, "t");
         assert_eq!((s.phase, s.url.as_deref(), s.helm_revision), (Some(Phase::Suspended), Some("https://x"), Some(4)));
         let t = terminating(&inst, "t");
         assert_eq!((t.phase, t.url.as_deref()), (Some(Phase::Terminating), Some("https://x")));

@@ -303,6 +303,33 @@ pub fn slim_owned(meta: &mut ObjectMeta) {
     }
 }
 
+/// A Deployment's spec down to its replicas and, per container, the name,
+/// image and resources (init containers: the name).
+pub fn trim_deployment(d: &mut Deployment) {
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    let spec = std::mem::take(&mut d.spec);
+    let pod = spec.template.spec.unwrap_or_default();
+    let keep = |c: Container, all: bool| Container {
+        name: c.name,
+        image: if all { c.image } else { None },
+        resources: if all { c.resources } else { None },
+        ..Default::default()
+    };
+    let init = pod.init_containers.map(|cs| cs.into_iter().map(|c| keep(c, false)).collect());
+    d.spec = k8s_openapi::api::apps::v1::DeploymentSpec {
+        replicas: spec.replicas,
+        template: PodTemplateSpec {
+            spec: Some(PodSpec {
+                containers: pod.containers.into_iter().map(|c| keep(c, true)).collect(),
+                init_containers: init,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+}
+
 /// A reflector of metadata only (smaller, and enough for existence and drift).
 pub fn reflect_meta<K>(api: Api<Meta<K>>, config: watcher::Config) -> (Store<Meta<K>>, impl EventStream<Meta<K>>)
 where
@@ -338,9 +365,11 @@ pub fn start(
     let owned = || config().labels(PART_OF_SELECTOR);
     let any = config;
     let (cached, namespace_events) = Cached::start(client, platform, operator_namespace, scope);
-    // Deployments keep only what the reconcile reads (metadata and status).
+    // Deployments keep only what the reconcile reads: metadata, status, and
+    // of the pod template what a class limits (images, resources, which
+    // init containers), so a tightened class is checked against what runs.
     let (deployments, s) = reflect_trimmed(scope.api::<Deployment>(client), owned(), |d| {
-        d.spec = Default::default();
+        trim_deployment(d);
         slim_owned(&mut d.metadata);
     });
     let mut c = controller.owns_stream(relevant_owned(s, hash_deployment));

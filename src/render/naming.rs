@@ -98,16 +98,6 @@ pub fn signin_secret(name: &str) -> String {
     fit(name, "-tinycode-signin", DNS_LABEL_MAX)
 }
 
-/// The ClusterRoleBinding that lets an oidc instance's gate ask
-/// SubjectAccessReviews (ClusterRole [`ACCESS_REVIEWER_ROLE`]).
-pub fn access_review_binding(namespace: &str, name: &str) -> String {
-    fit(&cluster_scoped_prefix(namespace, name), "-access-review", OBJECT_NAME_MAX)
-}
-
-/// ClusterRole (installed with the operator) allowing only `create` on
-/// SubjectAccessReviews: what an oidc instance's gate needs.
-pub const ACCESS_REVIEWER_ROLE: &str = "tinycode-access-reviewer";
-
 /// The ClusterRoleBinding of an approved `clusterAdmin.clusterRole`.
 pub fn cluster_role_binding(namespace: &str, name: &str) -> String {
     fit(&cluster_scoped_prefix(namespace, name), "-cluster-role", OBJECT_NAME_MAX)
@@ -299,7 +289,6 @@ mod tests {
             (config_map(name), DNS_LABEL_MAX),
             (generated_password(name), DNS_LABEL_MAX),
             (signin_secret(name), DNS_LABEL_MAX),
-            (access_review_binding(ns, name), OBJECT_NAME_MAX),
             (discovery_role(name), OBJECT_NAME_MAX),
             (kubeconfig_copy(name), OBJECT_NAME_MAX),
             (cluster_role_binding(ns, name), OBJECT_NAME_MAX),

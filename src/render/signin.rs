@@ -82,6 +82,11 @@ pub fn relay_credential_matches(client_secret: &[u8], namespace: &str, name: &st
     mac.verify_slice(&bytes).is_ok()
 }
 
+/// The relay's access-review endpoint for one instance's gate.
+pub fn relay_review_url(relay_url: &str, namespace: &str, name: &str) -> String {
+    format!("{relay_url}/oidc/review/{namespace}/{name}")
+}
+
 /// The relay's token endpoint for one instance.
 pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
     format!("{relay_url}/oidc/token/{namespace}/{name}")
@@ -178,7 +183,6 @@ pub fn gate_args(mode: AuthMode, namespace: &str, name: &str, signin: &SigninSet
         arg("namespace", namespace),
         arg("instance", name),
         arg("cache-seconds", &signin.access_cache.as_secs().to_string()),
-        arg("token-file", &format!("{GATE_MOUNT}/token")),
         arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")),
         arg("password-file", &format!("{GATE_MOUNT}/password")),
         arg("activity-listen", ACTIVITY_LISTEN),
@@ -187,6 +191,8 @@ pub fn gate_args(mode: AuthMode, namespace: &str, name: &str, signin: &SigninSet
     if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
         args.push(arg("username-prefix", &oidc.username_prefix));
         args.push(arg("groups-prefix", &oidc.groups_prefix));
+        args.push(arg("review-url", &relay_review_url(&oidc.relay_url, namespace, name)));
+        args.push(arg("relay-credential-file", &format!("{GATE_MOUNT}/{RELAY_CREDENTIAL_KEY}")));
     }
     args
 }

@@ -597,10 +597,14 @@ mod tests {
 
         // With every slot held, a lookup waits out the timeout and is refused as busy, unasked.
         let held = resolver.inner.slots.acquire_many(2).await.unwrap();
-        let before = asked.lock().unwrap().len();
         let err = resolver.lookup("four.never-answers.test").await.expect_err("busy");
         assert!(failure(err.as_ref()).reason.contains("DNS busy"), "{err}");
-        assert_eq!(asked.lock().unwrap().len(), before, "a lookup without a slot sends nothing");
+        // By name: the earlier lookups' late retries may still arrive now.
+        let asked_now = asked.lock().unwrap().clone();
+        assert!(
+            !asked_now.iter().any(|n| n.starts_with("four.")),
+            "a lookup without a slot sends nothing: {asked_now:?}"
+        );
         drop(held);
     }
 }

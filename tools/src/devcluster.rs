@@ -92,6 +92,18 @@ pub async fn install_operator(client: &Client) -> Result<(), BoxError> {
     install_operator_account(client).await?;
     install_cluster_rbac(client).await?;
     install_leader_election_rbac(client).await?;
+    install_admission(client).await?;
+    Ok(())
+}
+
+/// The host-directory admission policy and its binding, as hack/install.sh
+/// applies them (the operator writes their parameter when it starts).
+async fn install_admission(client: &Client) -> Result<(), BoxError> {
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use tinycode_operator::platform::admission;
+    let docs = admission::manifests(OPERATOR_NAMESPACE);
+    apply_named::<ValidatingAdmissionPolicy>(client, admission::POLICY, docs[0].clone()).await?;
+    apply_named::<ValidatingAdmissionPolicyBinding>(client, admission::POLICY, docs[1].clone()).await?;
     Ok(())
 }
 
@@ -135,13 +147,6 @@ async fn install_cluster_rbac(client: &Client) -> Result<(), BoxError> {
     roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
     roles
         .patch(approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
-        .await?;
-    roles
-        .patch(
-            tinycode_operator::render::naming::ACCESS_REVIEWER_ROLE,
-            &pp(),
-            &Patch::Apply(rbac::access_reviewer_cluster_role_manifest()),
-        )
         .await?;
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },

@@ -123,9 +123,6 @@ pub struct NameValues {
     /// `<name>-tinycode-signin`: the sign-in proxy's Secret (cookie secret, relay credential).
     #[schemars(length(min = 1, max = 63))]
     pub signin_secret: String,
-    /// `tinycode:<namespace>:<name>-access-review`: lets an oidc instance's gate ask SubjectAccessReviews.
-    #[schemars(length(min = 1, max = 253))]
-    pub access_review_binding: String,
 }
 
 impl NameValues {
@@ -140,7 +137,6 @@ impl NameValues {
             discovery_role: naming::discovery_role(name),
             cluster_role_binding: naming::cluster_role_binding(namespace, name),
             signin_secret: naming::signin_secret(name),
-            access_review_binding: naming::access_review_binding(namespace, name),
             discovery_binding: naming::discovery_binding(namespace, name),
         }
     }
@@ -311,9 +307,6 @@ pub struct AuthValues {
     pub proxy: ContainerValues,
     /// The authorization gate (empty in password mode).
     pub gate: ContainerValues,
-    /// oidc: bind the gate's ServiceAccount to the access-reviewer ClusterRole
-    /// (`create` SubjectAccessReviews); the name of that ClusterRole.
-    pub access_reviewer_role: String,
 }
 
 /// A container the operator configures completely: image and arguments.
@@ -340,15 +333,14 @@ impl AuthValues {
             image: settings.signin.gate_image.clone(),
             args: signin::gate_args(mode, ns, name, &settings.signin),
         };
-        let (proxy, gate, access_reviewer_role) = match (auth.mode, settings.signin.oidc.as_ref(), endpoints) {
-            (AuthMode::Password, ..) => (ContainerValues::default(), ContainerValues::default(), String::new()),
+        let (proxy, gate) = match (auth.mode, settings.signin.oidc.as_ref(), endpoints) {
+            (AuthMode::Password, ..) => (ContainerValues::default(), ContainerValues::default()),
             (AuthMode::Openshift, ..) => (
                 ContainerValues {
                     image: settings.signin.openshift_oauth_proxy_image.clone(),
                     args: signin::openshift_proxy_args(ns, name, &naming::service_account(name)),
                 },
                 gate(AuthMode::Openshift),
-                String::new(),
             ),
             (AuthMode::Oidc, Some(oidc), Some(endpoints)) => (
                 ContainerValues {
@@ -356,10 +348,9 @@ impl AuthValues {
                     args: signin::oauth2_proxy_args(ns, name, oidc, endpoints),
                 },
                 gate(AuthMode::Oidc),
-                naming::ACCESS_REVIEWER_ROLE.to_string(),
             ),
             // Refused by validation; never an open instance either way.
-            (AuthMode::Oidc, ..) => (ContainerValues::default(), ContainerValues::default(), String::new()),
+            (AuthMode::Oidc, ..) => (ContainerValues::default(), ContainerValues::default()),
         };
         AuthValues {
             password_secret: auth
@@ -370,7 +361,6 @@ impl AuthValues {
             mode: auth.mode,
             proxy,
             gate,
-            access_reviewer_role,
         }
     }
 }

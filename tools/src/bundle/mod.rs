@@ -177,7 +177,6 @@ pub fn files() -> Vec<BundleFile> {
     ];
     extras.extend(ALL_TIERS.map(|tier| tier.use_role_manifest()));
     extras.push(rbac::discovery_cluster_role_manifest());
-    extras.push(rbac::access_reviewer_cluster_role_manifest());
     extras.extend(parse_yaml_docs(USER_ROLES_YAML, "config/rbac/user_role.yaml"));
     extras.push(one_doc(METRICS_READER_YAML, "config/prometheus/metrics_reader_role.yaml"));
     for obj in extras {

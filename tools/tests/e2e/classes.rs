@@ -19,7 +19,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tinycode_operator::api::TinycodeClass;
+use tinycode_operator::api::{TinycodeClass, TinycodeInstance};
 use tinycode_operator::render::naming;
 use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
@@ -371,5 +371,82 @@ pub async fn model_keys_are_referenced_never_copied(env: &mut Env) -> TestResult
     ] {
         ensure(!text.contains(&key) && !text.contains(&openrouter), format!("a key appears in the {what}"))?;
     }
+    Ok(())
+}
+
+/// Attack: alice runs within a class (a custom image, git, Ollama, 3 CPUs),
+/// suspends the instance so no new rendering touches it, and waits for the
+/// cluster-admin to tighten the class. What the class no longer permits
+/// stops anyway: the IDE (its image and CPU beyond the class) and the
+/// bundled Ollama (a mode the class withdrew) are scaled to zero, the event
+/// names the field, the limit and the class, no helm runs, nothing outside
+/// her namespace changes.
+pub async fn a_stricter_class_stops_what_runs_beyond_it(env: &mut Env) -> TestResult {
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "class-strict").await?;
+    let ns = alice.ns.clone();
+    let class = format!("{ns}-team");
+    create_class(
+        &admin,
+        &class,
+        json!({
+            "tinycode": {"max": {"cpu": "4", "memory": "8Gi"}},
+            "permittedModes": ["ollama", "git"]
+        }),
+    )
+    .await?;
+    let spec = json!({
+        "className": class,
+        "image": "quay.io/alice/tinycode:mine",
+        "resources": {"limits": {"cpu": "3", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}},
+        "ollama": {"enabled": true}
+    });
+    super::deploy(env, &alice.client, &ns, "dev", spec).await?;
+    run_to_running(&admin, &ns, "dev").await?;
+    let release = naming::release_name(&ns, "dev");
+    let revision = env.release(&release)?.ok_or("no release")?.0;
+    Api::<TinycodeInstance>::namespaced(alice.client.clone(), &ns)
+        .patch("dev", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}})))
+        .await
+        .ctx("suspend")?;
+    wait_phase(&admin, &ns, "dev", "Suspended").await?;
+    let before = outside(&admin, &[OPERATOR_NAMESPACE], "none").await?;
+
+    // The class tightens: its own image only, 2 CPUs, no Ollama.
+    Api::<TinycodeClass>::all(admin.clone())
+        .patch(
+            &class,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "image": "quay.io/tinycode/tinycode:1", "allowCustomImage": false,
+                "tinycode": {"max": {"cpu": "2", "memory": "8Gi"}},
+                "permittedModes": ["git"]
+            }})),
+        )
+        .await
+        .ctx("tighten the class")?;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    wait_for("both workloads stopped", WAIT, || async {
+        let replicas = |d: Deployment| d.spec.replicas;
+        let ide = replicas(deployments.get(&naming::fullname("dev")).await.ctx("deployment")?);
+        let ollama = replicas(deployments.get(&naming::ollama("dev")).await.ctx("ollama deployment")?);
+        Ok((ide == Some(0) && ollama == Some(0)).then_some(()))
+    })
+    .await?;
+    let events = Api::<Event>::namespaced(admin.clone(), &ns).list(&ListParams::default()).await.ctx("events")?;
+    let notes: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ApprovalWithdrawn"))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    let said = notes.join("\n");
+    for part in ["spec.image", "spec.resources.limits.cpu", "exceeds 2", "spec.ollama.enabled", &class] {
+        ensure(said.contains(part), format!("the event names {part}: {said}"))?;
+    }
+    ensure_eq(env.release(&release)?.map(|r| r.0), Some(revision), "helm ran for the suspended instance")?;
+    same_world(&before, &outside(&admin, &[OPERATOR_NAMESPACE], "none").await?)?;
+    delete_and_wait_gone(&admin, &ns, "dev").await?;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&class, &DeleteParams::default()).await.ctx("delete class")?;
     Ok(())
 }

@@ -193,3 +193,96 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     }
     Ok(())
 }
+
+/// Attack: under the cluster-admin's `--idle-stop-required`, a tenant keeps
+/// pods running forever by suspending the instance, or by breaking its spec
+/// on purpose (a class that does not exist). Both still stop when idle: the
+/// workloads scaled to zero, status saying why, no helm run, the spec
+/// untouched; resumed, the instance stays stopped until it is started.
+pub async fn required_idle_stop_holds_while_suspended_or_refused(env: &mut Env) -> TestResult {
+    let shared: Shared = Arc::default();
+    let template = stand_in(shared.clone()).await?;
+    env.extra_env = vec![
+        ("TINYCODE_ACTIVITY_URL".into(), template),
+        ("TINYCODE_ACTIVITY_CHECK_SECONDS".into(), "1".into()),
+        ("TINYCODE_IDLE_TIMEOUT".into(), "5s".into()),
+        ("TINYCODE_IDLE_STOP_REQUIRED".into(), "true".into()),
+    ];
+    env.start_operator()?;
+    let result = required_scenario(env, &shared).await;
+    env.extra_env.clear();
+    env.start_operator()?;
+    result
+}
+
+async fn required_scenario(env: &mut Env, shared: &Shared) -> TestResult {
+    let admin = env.client().await;
+    let alice = crate::tenancy::tenant(env, "alice", "idle-req").await?;
+    let (c, ns) = (alice.client.clone(), alice.ns.clone());
+    let hour_ago = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1)).to_string();
+    for name in ["sus", "broken"] {
+        shared.lock().unwrap().answers.insert(name.into(), json!({"lastActivity": "now"}));
+        // Idle stop turned off in the spec: the cluster-admin's rule wins.
+        deploy(env, &c, &ns, name, json!({"idle": {"timeout": "0"}})).await?;
+    }
+    let mut revisions = HashMap::new();
+    for name in ["sus", "broken"] {
+        let inst = run_to_running(&admin, &ns, name).await?;
+        let idle = inst.status.and_then(|s| s.idle).ok_or("no status.idle")?;
+        ensure_eq((idle.timeout.as_str(), idle.required), ("5s", true), "status.idle under the rule")?;
+        revisions.insert(name, env.release(&naming::release_name(&ns, name))?.ok_or("no release")?.0);
+    }
+    // The tenant's moves, while in use: suspend one, break the other.
+    let api = Api::<TinycodeInstance>::namespaced(c.clone(), &ns);
+    api.patch("sus", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}})))
+        .await
+        .ctx("suspend")?;
+    api.patch("broken", &PatchParams::default(), &Patch::Merge(json!({"spec": {"className": "no-such-class"}})))
+        .await
+        .ctx("break")?;
+    wait_phase(&admin, &ns, "sus", "Suspended").await?;
+    crate::tenancy::failed_with(&admin, &ns, "broken", "ClassNotFound").await?;
+    // Now nobody uses them.
+    for name in ["sus", "broken"] {
+        shared.lock().unwrap().answers.insert(name.into(), json!({"lastActivity": hour_ago, "busy": false}));
+    }
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    for name in ["sus", "broken"] {
+        let inst = wait_for(&format!("{name} stopped for idleness"), WAIT, || async {
+            let inst = get_instance(&admin, &ns, name).await?.ok_or("gone")?;
+            let stopped = inst.status.as_ref().and_then(|s| s.idle.as_ref()).is_some_and(|i| i.stopped);
+            let replicas = deployments.get(&naming::fullname(name)).await.ctx("deployment")?.spec.replicas;
+            Ok((stopped && replicas == Some(0)).then_some(inst))
+        })
+        .await?;
+        let st = inst.status.clone().unwrap_or_default();
+        let idle = st.idle.clone().ok_or("no status.idle")?;
+        ensure(
+            idle.message.contains("while the spec is not applied"),
+            format!("{name}: status says why it stopped: {}", idle.message),
+        )?;
+        ensure_eq(
+            st.phase.map(|p| p.as_str()),
+            Some(if name == "sus" { "Suspended" } else { "Failed" }),
+            &format!("{name}'s phase (the refusal still shows)"),
+        )?;
+        ensure_eq(
+            env.release(&naming::release_name(&ns, name))?.map(|r| r.0),
+            revisions.get(name).copied(),
+            &format!("{name}: helm ran"),
+        )?;
+    }
+    let sus = get_instance(&admin, &ns, "sus").await?.ok_or("gone")?;
+    ensure(sus.spec.suspend, "the operator wrote the spec")?;
+    // Resumed: the spec applies again, and the stop holds until a start.
+    api.patch("sus", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": false}})))
+        .await
+        .ctx("resume")?;
+    wait_phase(&admin, &ns, "sus", "Stopped").await?;
+    let replicas = deployments.get(&naming::fullname("sus")).await.ctx("deployment")?.spec.replicas;
+    ensure_eq(replicas, Some(0), "replicas once resumed, before a start")?;
+    for name in ["sus", "broken"] {
+        super::delete_and_wait_gone(&admin, &ns, name).await?;
+    }
+    Ok(())
+}

@@ -186,6 +186,7 @@ fn main() {
         tenant_failures_write_few_events,
         tenant_viewer_cannot_test_passwords_against_the_pod_template,
         tenant_cannot_keep_grants_by_suspending_or_breaking_the_spec,
+        tenant_pods_get_only_the_approved_host_directories,
         tenant_input_cannot_exhaust_the_operator,
         another_namespaces_admin_cannot_hold_an_instance_hostage,
         tenant_names_under_a_silent_zone_do_not_stall_the_operator,
@@ -199,6 +200,7 @@ fn main() {
         suspend_stops_helm_and_resume_applies,
         stop_scales_to_zero_and_start_brings_it_back,
         idle_instances_stop_and_busy_or_used_ones_do_not,
+        required_idle_stop_holds_while_suspended_or_refused,
         a_reinstall_adopts_instances_whose_records_were_uninstalled,
         a_63_character_name_runs,
         storage_is_fixed_at_creation,
@@ -207,6 +209,7 @@ fn main() {
         classes_place_cap_and_withdraw,
         a_class_serves_only_the_namespaces_it_selects,
         a_renamed_instance_still_counts_against_its_class,
+        a_stricter_class_stops_what_runs_beyond_it,
         model_keys_are_referenced_never_copied,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,

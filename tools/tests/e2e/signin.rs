@@ -2,9 +2,10 @@
 //! oauth2-proxy and the operator's gate, each started with the command line
 //! the operator rendered into the instance's Deployment (only addresses and
 //! mount paths moved to loopback and a temp dir, as a kubelet would mount
-//! them), mockoidc as the provider, the real kube-apiserver answering the
-//! gate's SubjectAccessReviews, the operator's relay adding the client
-//! secret, and a stand-in for the tinycode server.
+//! them), mockoidc as the provider, the operator's relay adding the client
+//! secret and answering the gate's access questions (its
+//! SubjectAccessReviews, for the asking instance only, made by the real
+//! kube-apiserver), and a stand-in for the tinycode server.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -361,21 +362,19 @@ async fn signed_in(
     let target = svc.spec.and_then(|s| s.ports).and_then(|p| p.first().and_then(|p| p.target_port.clone()));
     ensure_eq(format!("{target:?}"), "Some(String(\"signin\"))".to_string(), "Service targetPort")?;
 
-    // Mount what the kubelet would: the sign-in Secret for the proxy; a
-    // token of the instance's ServiceAccount, the CA and the password for the gate.
+    // Mount what the kubelet would: the sign-in Secret for the proxy; the
+    // relay credential, the CA and the password for the gate.
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
     let data = |s: &Secret, k: &str| s.data.as_ref().and_then(|d| d.get(k)).map(|v| v.0.clone()).unwrap_or_default();
     let signin_secret = secrets.get(&naming::signin_secret("dev")).await.ctx("sign-in Secret")?;
     let password = secrets.get("e2e-password").await.or(secrets.get(&naming::generated_password("dev")).await);
     let password = data(&password.ctx("password Secret")?, "TINYCODE_SERVER_PASSWORD");
-    let token = env.kubectl(&["create", "token", &naming::service_account("dev"), "-n", &ns, "--duration=1h"])?;
     let kubeconfig = kube::config::Kubeconfig::read_from(&env.admin_kubeconfig).ctx("kubeconfig")?;
     let cluster = kubeconfig.clusters[0].cluster.clone().ok_or("cluster")?;
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD
         .decode(cluster.certificate_authority_data.clone().ok_or("ca data")?)
         .ctx("ca")?;
-    let server = cluster.server.clone().ok_or("server")?;
     let mounts = env.work.path().join("signin-pod");
     let (signin_dir, gate_dir) = (mounts.join("signin"), mounts.join("gate"));
     write_files(
@@ -385,13 +384,16 @@ async fn signed_in(
             ("relay-credential", &data(&signin_secret, "relay-credential")),
         ],
     )?;
-    write_files(&gate_dir, &[("token", token.trim().as_bytes()), ("ca.crt", &ca), ("password", &password)])?;
+    write_files(
+        &gate_dir,
+        &[("relay-credential", &data(&signin_secret, "relay-credential")), ("ca.crt", &ca), ("password", &password)],
+    )?;
 
     let (tinycode_port, seen, standin) = standin_tinycode().await?;
     let (gate_port, proxy_port) = (free_port()?, free_port()?);
     let deployment =
         Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::fullname("dev")).await.ctx("deployment")?;
-    let mut gate_args = container_args(
+    let gate_args = container_args(
         &deployment,
         "gate",
         &[
@@ -404,7 +406,6 @@ async fn signed_in(
             ("http://127.0.0.1:4098/activity", format!("http://127.0.0.1:{}/activity", free_port()?)),
         ],
     )?;
-    gate_args.push(format!("--api-server={server}"));
     let proxy_args = container_args(
         &deployment,
         "signin-proxy",
@@ -540,6 +541,36 @@ async fn signed_in(
             ensure_eq(relay_post_form(relay_port, &own, &twice).await?, 400, &format!("a repeated field: {twice}"))?;
         }
 
+        // Access reviews go through the relay, for the asking instance only:
+        // the pod's ServiceAccount may not review anyone's access itself;
+        // alice's credential asks about no other instance; an identity
+        // provider's `system:` group is never asked about.
+        let pod_sa = env.client_as(&format!("system:serviceaccount:{ns}:{}", naming::service_account("dev"))).await;
+        let review: k8s_openapi::api::authorization::v1::SubjectAccessReview = serde_json::from_value(json!({
+            "spec": {"user": "bob@example.com", "resourceAttributes": {"verb": "get", "resource": "secrets", "namespace": "kube-system"}}
+        }))
+        .ctx("review")?;
+        let asked = Api::<k8s_openapi::api::authorization::v1::SubjectAccessReview>::all(pod_sa)
+            .create(&Default::default(), &review)
+            .await;
+        ensure(
+            matches!(asked, Err(kube::Error::Api(ref s)) if s.code == 403),
+            format!("the instance's ServiceAccount may ask SubjectAccessReviews: {asked:?}"),
+        )?;
+        let ask = |path: String, credential: String, body: Value| async move {
+            relay_json(relay_port, &path, &credential, &body).await
+        };
+        let bob = json!({"user": "alice@example.com", "groups": []});
+        let (status, answer) = ask(format!("/oidc/review/{ns}/dev"), credential.clone(), bob.clone()).await?;
+        ensure_eq((status, answer["allowed"].clone()), (200, json!(true)), "the gate's own question")?;
+        let (status, _) = ask(format!("/oidc/review/{ns}/other"), credential.clone(), bob.clone()).await?;
+        ensure_eq(status, 401, "alice's credential asks about another instance")?;
+        let (status, _) = ask(format!("/oidc/review/{ns}/dev"), CLIENT_SECRET.into(), bob).await?;
+        ensure_eq(status, 401, "a review without the instance's credential")?;
+        let masters = json!({"user": "mallory@example.com", "groups": ["system:masters"]});
+        let (status, answer) = ask(format!("/oidc/review/{ns}/dev"), credential.clone(), masters).await?;
+        ensure_eq((status, answer["allowed"].clone()), (200, json!(false)), "an IdP group named system:masters")?;
+
         // Idle stop judged by the requests the gate lets through: alice's
         // requests keep the instance running past its timeout; once they
         // stop, it is stopped (the spec untouched).
@@ -602,6 +633,23 @@ async fn signed_in(
         ensure(!text.contains(CLIENT_SECRET), format!("the client secret appears in {place}"))?;
     }
     Ok(())
+}
+
+/// A review question at the relay with `credential` as bearer: the status and answer.
+async fn relay_json(port: u16, path: &str, credential: &str, body: &Value) -> Result<(u16, Value), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect relay")?;
+    let body = body.to_string();
+    let req = format!(
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.ctx("write")?;
+    let mut buf = String::new();
+    stream.read_to_string(&mut buf).await.ctx("read")?;
+    let status = buf.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or(format!("relay answer: {buf}"))?;
+    let answer = buf.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
+    Ok((status, answer))
 }
 
 /// A token request at the relay with `credential` as client secret: the status.
