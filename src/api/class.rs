@@ -98,6 +98,14 @@ pub struct TinycodeClassSpec {
     #[schemars(range(min = 0, max = 100000))]
     pub max_instances_per_namespace: Option<i32>,
 
+    /// At most this many tinycode pods per instance (spec.replicas): each
+    /// pod gets up to tinycode.max, so an instance uses up to maxReplicas
+    /// times it. Unset: 1 when the class sets tinycode.max, else no cap
+    /// beyond the spec's own (10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub max_replicas: Option<i32>,
+
     /// The namespaces whose instances may use the class, by their labels
     /// (which only a cluster-admin sets). Unset: every namespace. An
     /// instance elsewhere naming it, or naming no class when it is the

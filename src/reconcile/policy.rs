@@ -298,6 +298,19 @@ pub fn apply(
         }
     }
 
+    // Replicas: every cap is per pod.
+    if let Some(most) = max_replicas(class)
+        && spec.replicas > most
+    {
+        exceeds(
+            "spec.replicas",
+            format!(
+                "{} pods exceed {most}, the most {of} allows per instance (maxReplicas; each pod gets up to tinycode.max); ask for fewer",
+                spec.replicas
+            ),
+        );
+    }
+
     // Instances per namespace: the oldest keep running.
     if let Some(max) = class.max_instances_per_namespace
         && rank >= max.max(0) as usize
@@ -331,6 +344,13 @@ pub fn apply(
         idle: idle_settings(class.idle.as_ref(), &settings.idle),
         warnings,
     })
+}
+
+/// The most tinycode pods a class allows an instance: its `maxReplicas`,
+/// else 1 where it caps the pod's resources (a cap per pod would otherwise
+/// multiply), else none.
+pub fn max_replicas(class: &TinycodeClassSpec) -> Option<i32> {
+    class.max_replicas.or_else(|| class.tinycode.as_ref().is_some_and(|t| !t.max.is_empty()).then_some(1))
 }
 
 /// Under a class's `max`, a resource it caps always has a limit: without
@@ -420,6 +440,8 @@ pub struct Running {
     pub tinycode: ResourceLists,
     /// The pod clones a repository (the git init container).
     pub git: bool,
+    /// tinycode pods asked for (the Deployment's replicas).
+    pub replicas: i32,
     /// The bundled Ollama runs, with these resources.
     pub ollama: Option<ResourceLists>,
 }
@@ -448,6 +470,15 @@ pub fn beyond_class(name: &str, class: &TinycodeClassSpec, running: &Running) ->
             if image != only {
                 push(false, "spec.image", format!("{image} runs, and {of} runs only {only} (allowCustomImage: false)"));
             }
+        }
+        if let Some(most) = max_replicas(class)
+            && running.replicas > most
+        {
+            push(
+                false,
+                "spec.replicas",
+                format!("{} pods run, and {of} allows {most} per instance (maxReplicas)", running.replicas),
+            );
         }
         if running.git && !permits(Some(class), Mode::Git) {
             push(false, Mode::Git.field(), format!("{of} no longer permits the git mode (permittedModes)"));

@@ -326,6 +326,7 @@ fn a_stricter_class_stops_what_runs_beyond_it() {
         image: Some("registry.example/me/tinycode:dev".into()),
         tinycode: lists("4", "8Gi"),
         git: true,
+        replicas: 1,
         ollama: Some(lists("2", "4Gi")),
     };
     let held = Held { workload_running: true, running: running.clone(), ..Held::default() };
@@ -369,4 +370,21 @@ fn a_stricter_class_stops_what_runs_beyond_it() {
     let idle = Held { workload_running: false, running: Running::default(), ..Held::default() };
     let w = class_withdrawals(Some(("small", &strict)), &idle);
     assert!(w.is_empty() && !stops_workload(&w, &idle) && !stops_ollama(&w, &idle));
+}
+
+#[test]
+fn every_cap_is_per_pod_so_a_capped_class_caps_replicas_too() {
+    let shared = json!({"replicas": 3, "storage": {"projectsAccessMode": "ReadWriteMany"}});
+    let capped = found("small", json!({"tinycode": {"max": {"cpu": "2"}}}));
+    let e = apply(&capped, &spec(shared.clone()), &Settings::default(), 0).unwrap_err();
+    assert!(e.iter().any(|x| x.field == "spec.replicas" && x.message.contains("maxReplicas")), "{e:?}");
+    let three = found("team", json!({"tinycode": {"max": {"cpu": "2"}}, "maxReplicas": 3}));
+    assert!(apply(&three, &spec(shared.clone()), &Settings::default(), 0).is_ok());
+    let uncapped = found("open", json!({}));
+    assert!(apply(&uncapped, &spec(shared), &Settings::default(), 0).is_ok(), "no cap per pod, none multiplied");
+    // What runs is held to it too.
+    let class: TinycodeClassSpec = serde_json::from_value(json!({"tinycode": {"max": {"cpu": "2"}}})).unwrap();
+    let running = Running { image: Some(DEFAULT_IMAGE.into()), replicas: 3, ..Running::default() };
+    let beyond = beyond_class("small", &class, &running);
+    assert_eq!(beyond.iter().map(|b| b.exceeds.field.as_str()).collect::<Vec<_>>(), vec!["spec.replicas"]);
 }

@@ -181,7 +181,7 @@ pub fn stops_ollama(what: &[Withdraw], held: &Held) -> bool {
 
 /// What a Deployment's pods run, as far as a class limits it (None: it does
 /// not run, or a revocation stopped it).
-fn running_of(d: Option<&Deployment>, container: &str) -> Option<(String, crate::api::ResourceLists, bool)> {
+fn running_of(d: Option<&Deployment>, container: &str) -> Option<(String, crate::api::ResourceLists, bool, i32)> {
     let d = d.filter(|d| !scaled_down(d) && d.spec.replicas != Some(0))?;
     let pod = d.spec.template.spec.as_ref()?;
     let main = pod.containers.iter().find(|c| c.name == container)?;
@@ -194,7 +194,7 @@ fn running_of(d: Option<&Deployment>, container: &str) -> Option<(String, crate:
         limits: lists(resources.and_then(|r| r.limits.as_ref())),
     };
     let git = pod.init_containers.iter().flatten().any(|c| c.name == GIT_INIT_CONTAINER);
-    Some((main.image.clone().unwrap_or_default(), lists, git))
+    Some((main.image.clone().unwrap_or_default(), lists, git, d.spec.replicas.unwrap_or(1)))
 }
 
 /// The chart's init container that clones spec.git.
@@ -246,10 +246,10 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
     let deployment = stores.deployments.get(&ObjectRef::new(&naming::fullname(&name)).within(&ns));
     let ollama = stores.deployments.get(&ObjectRef::new(&naming::ollama(&name)).within(&ns));
     let mut running = crate::reconcile::policy::Running::default();
-    if let Some((image, tinycode, git)) = running_of(deployment.as_deref(), "tinycode") {
-        running = crate::reconcile::policy::Running { image: Some(image), tinycode, git, ..running };
+    if let Some((image, tinycode, git, replicas)) = running_of(deployment.as_deref(), "tinycode") {
+        running = crate::reconcile::policy::Running { image: Some(image), tinycode, git, replicas, ..running };
     }
-    running.ollama = running_of(ollama.as_deref(), "ollama").map(|(_, lists, _)| lists);
+    running.ollama = running_of(ollama.as_deref(), "ollama").map(|(_, lists, _, _)| lists);
     Ok(Held {
         running,
         cluster_role,
