@@ -827,13 +827,17 @@ fn a_rollout_without_progress_stalls() -> Result<(), Failed> {
         apply_instance(&client, ns, &crash).await;
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
-        let status = wait_for("crash Stalled", WAIT, || {
+        // Stalled, and its cause named: on a loaded node the deadline can pass
+        // before the container's first exit; the operator diagnoses again
+        // every 15 s while the rollout waits, so the cause follows.
+        let status = wait_for("crash Stalled with its cause", WAIT, || {
             let api = api.clone();
             async move {
                 let status = api.get("crash").await.ok()?.data.get("status")?.clone();
                 let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
                 let stalled = condition(&conditions, "Stalled")?.clone();
-                (stalled["status"] == "True").then_some(status)
+                let named = stalled["message"].as_str().is_some_and(|m| m.contains("container tinycode"));
+                (stalled["status"] == "True" && named).then_some(status)
             }
         })
         .await;
