@@ -338,8 +338,13 @@ pub async fn stop_scales_to_zero_and_start_brings_it_back(env: &mut Env) -> Test
     env.prepare_with_script(&ns)?;
     let spec = json!({"ollama": {"enabled": true}});
     deploy(env, &c, &ns, "dev", spec.clone()).await?;
-    let running = run_to_running(&c, &ns, "dev").await?;
-    let url = running.status.as_ref().and_then(|s| s.url.clone()).ok_or("no URL while running")?;
+    run_to_running(&c, &ns, "dev").await?;
+    // The URL follows the Route's admission, which may be seen a moment
+    // after the Deployment's readiness.
+    let url = wait_for("status.url while running", WAIT, || async {
+        Ok(get_instance(&c, &ns, "dev").await?.and_then(|i| i.status?.url))
+    })
+    .await?;
     let pvcs = crate::pvc_uids(&c, &ns, "dev").await?;
     let release = naming::release_name(&ns, "dev");
     let revision = env.release(&release)?.ok_or("no release")?.0;
