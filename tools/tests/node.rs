@@ -475,6 +475,69 @@ fn tenant_privileged_pod_refused() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Attack on the real node: in a namespace approved for read-only host
+/// directories (and a Pod Security level that lets such pods run), tenant
+/// alice creates a pod of her own mounting `/` writable, and one mounting an
+/// allowed directory writable. The host-directory admission policy (installed
+/// by install.sh, fed by the operator's --hostpath-allowed-prefixes) refuses
+/// both; a read-only mount under the prefix is admitted and runs on the node.
+fn tenant_host_directory_pods_refused() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        set_manager_env(node, &["TINYCODE_HOSTPATH_ALLOWED_PREFIXES=/srv"]);
+        let ns = "node-hostdir";
+        fresh_namespace(node, ns).await;
+        node.kubectl_ok(&[
+            "label",
+            "namespace",
+            ns,
+            "tinycode.dev/allow-hostpath=true",
+            "pod-security.kubernetes.io/enforce=privileged",
+            "--overwrite",
+        ]);
+        node.kubectl_ok(&["create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice", "-n", ns]);
+        let kubeconfig = Kubeconfig::read_from(&node.kubeconfig).expect("read the admin kubeconfig");
+        let mut config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("kubeconfig");
+        config.auth_info.impersonate = Some("alice".into());
+        let alice: Api<Pod> = Api::namespaced(Client::try_from(config).expect("client"), ns);
+        let pod = |name: &str, path: &str, read_only: bool| -> Pod {
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": node.standin_image, "args": ["pause"],
+                    "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": read_only}]}],
+                    "volumes": [{"name": "host", "hostPath": {"path": path}}]}
+            }))
+            .unwrap()
+        };
+        for (name, path, says) in [("root", "/", "under a host directory"), ("writes", "/srv", "readOnly: true")] {
+            match alice.create(&PostParams::default(), &pod(name, path, false)).await {
+                Err(kube::Error::Api(e)) => assert!(e.message.contains(says), "{name}: {e:?}"),
+                other => panic!("alice's pod {name} ({path}, writable) was admitted: {other:?}"),
+            }
+        }
+        // Read-only under the prefix: admitted once the restarted operator
+        // wrote its prefix, and it runs.
+        wait_for("a read-only pod under /srv admitted", WAIT, || {
+            let alice = alice.clone();
+            let fine = pod("fine", "/srv", true);
+            async move { alice.create(&PostParams::default(), &fine).await.ok().map(drop) }
+        })
+        .await;
+        wait_for("the read-only pod running", WAIT, || {
+            let alice = alice.clone();
+            async move {
+                let p = alice.get("fine").await.ok()?;
+                (p.status?.phase.as_deref() == Some("Running")).then_some(())
+            }
+        })
+        .await;
+        let _ = Api::<Namespace>::all(node.client().await).delete(ns, &DeleteParams::default()).await;
+    });
+    Ok(())
+}
+
 /// ClusterRole aggregation is the controller-manager's: a tenant bound to
 /// `admin` may manage TinycodeInstances (tinycode-user-role), one bound to
 /// `view` may read them only (tinycode-user-view-role).
@@ -1195,6 +1258,7 @@ fn main() {
         ("operator_runs_as_a_pod", operator_runs_as_a_pod),
         ("basic_instance_runs", basic_instance_runs),
         ("tenant_privileged_pod_refused", tenant_privileged_pod_refused),
+        ("tenant_host_directory_pods_refused", tenant_host_directory_pods_refused),
         ("tenant_roles_aggregate", tenant_roles_aggregate),
         ("data_survives_stop_start", data_survives_stop_start),
         ("network_policy_enforced", network_policy_enforced),
