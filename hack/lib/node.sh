@@ -546,6 +546,26 @@ start_kube_router() {
 		--v=1
 }
 
+# Once, on a loaded machine, kube-router exited during its first start (CI
+# run of e9b72f2; the next start worked). Its DaemonSet would restart it, so
+# this does too, twice at most, keeping each failed attempt's log.
+start_kube_router_ready() {
+	local attempt deadline
+	for attempt in 1 2 3; do
+		start_kube_router
+		deadline=$((SECONDS + 30))
+		while [[ -n "$(pid_of kube-router)" ]] && ! kube_router_ready && ((SECONDS < deadline)); do
+			sleep 0.25
+		done
+		kube_router_ready && return 0
+		((SECONDS < deadline)) || node_fail "kube-router's NetworkPolicy controller not reached within 30s"
+		cp "${CLUSTER_DIR}/kube-router.log" "${CLUSTER_DIR}/kube-router.exited-${attempt}.log"
+		show_log_tail kube-router "${CLUSTER_DIR}/kube-router.exited-${attempt}.log" 30
+		log "kube-router exited (attempt ${attempt} of 3); starting it again, as its DaemonSet would"
+	done
+	node_fail "kube-router exited three times while waiting for its NetworkPolicy controller"
+}
+
 start_local_path_provisioner() {
 	node_daemon local-path-provisioner "$LOCAL_PATH_BIN" --debug start \
 		--kubeconfig "${CLUSTER_DIR}/local-path-provisioner.kubeconfig" \
@@ -1008,8 +1028,7 @@ node_start() {
 	start_oidc_provider
 	node_wait "node ${NODE_NAME} Ready" kubelet node_ready 90
 	# kube-router finds its node by name: only once the kubelet registered it.
-	start_kube_router
-	node_wait "kube-router's NetworkPolicy controller" kube-router kube_router_ready 30
+	start_kube_router_ready
 	node_wait "cluster DNS" coredns coredns_ready 30
 	node_wait "the git server" git-daemon git_server_ready 30
 	node_wait "the OpenID Connect provider" mockoidc-server oidc_provider_ready 30
