@@ -58,8 +58,9 @@ generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the 
 	target/debug/tinycode-local bundle --out bundle 2>/dev/null
 
 .PHONY: lint
-lint: tools ## cargo fmt --check, clippy -D warnings, helm lint --strict, shellcheck
+lint: tools ## cargo fmt --check, the layer check, clippy -D warnings, helm lint --strict, shellcheck
 	cargo fmt --all -- --check
+	python3 hack/layers.py
 	cargo clippy --workspace --all-targets -- -D warnings
 	eval "$$(hack/local-cluster.sh tools)"; for f in helm-charts/tinycode/ci/*.yaml; do "$$TINYCODE_HELM" lint --strict helm-charts/tinycode -f "$$f" >/dev/null; done
 	eval "$$(hack/local-cluster.sh tools)"; "$$TINYCODE_SHELLCHECK" hack/*.sh hack/lib/*.sh .ci/run && \

@@ -1,5 +1,6 @@
 //! Operator-wide settings chosen by the cluster-admin (flags or env).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -7,6 +8,10 @@ use std::time::Duration;
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "tinycode-operator-system";
 /// ServiceAccount the operator runs as unless told otherwise (`--operator-service-account`).
 pub const DEFAULT_OPERATOR_SERVICE_ACCOUNT: &str = "tinycode-operator-manager";
+
+/// The leader Lease's duration unless `--lease-duration` says otherwise; the
+/// renew deadline and retry period follow from it (`ops::leader::Timings`).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// What the reconcile needs to know about the operator's own deployment.
 #[derive(Clone, Debug)]
@@ -54,7 +59,7 @@ pub struct Settings {
     /// `--platform`: auto (detect) or forced.
     pub platform_choice: crate::platform::PlatformChoice,
     /// How Ingresses are built where there are no Routes.
-    pub ingress: crate::render::ingress::IngressSettings,
+    pub ingress: IngressSettings,
     /// Namespace of the ingress controller, the only one (with the instance's own)
     /// whose pods reach the UI where there is no OpenShift router.
     pub ingress_namespace: String,
@@ -193,9 +198,9 @@ impl Default for Settings {
             probes: ProbeSettings::default(),
             platform: crate::platform::Platform::OPENSHIFT,
             platform_choice: crate::platform::PlatformChoice::Auto,
-            ingress: crate::render::ingress::IngressSettings::default(),
+            ingress: IngressSettings::default(),
             ingress_namespace: "ingress-nginx".into(),
-            lease_duration: crate::ops::leader::Timings::default().lease_duration,
+            lease_duration: DEFAULT_LEASE_DURATION,
             leading_since: std::time::Instant::now(),
             digest_key: DigestKey::default(),
             watch_scope: crate::watch_scope::WatchScope::All,
@@ -245,4 +250,13 @@ impl std::ops::Deref for DigestKey {
     fn deref(&self) -> &[u8] {
         &self.0
     }
+}
+
+/// Cluster-admin settings for Ingresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressSettings {
+    /// `--ingress-class`; `None`: the cluster's default IngressClass, if any.
+    pub class: Option<String>,
+    /// `--ingress-annotations` (e.g. cert-manager's cluster-issuer).
+    pub annotations: BTreeMap<String, String>,
 }

@@ -7,8 +7,9 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstanceSpec;
+use tinycode_operator::api::naming;
+use tinycode_operator::render::config;
 use tinycode_operator::render::values::{self, Approved, InstanceRef, Values};
-use tinycode_operator::render::{config, naming};
 use tinycode_operator::settings::Settings;
 
 fn root() -> PathBuf {

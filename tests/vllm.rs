@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use standin::{Behaviour, Config};
 use tinycode_operator::api::TinycodeInstanceSpec;
+use tinycode_operator::reconcile::conditions;
 use tinycode_operator::render::config;
 use tinycode_operator::vllm::{self, ProbeSettings, Prober};
 
@@ -37,7 +38,7 @@ async fn probed_limits_follow_the_80_20_rule_and_overrides_win() {
     assert_eq!(models["big"], json!({"contextLimit": 104857, "outputLimit": 4096}));
     assert_eq!(models["pinned"], json!({"contextLimit": 20000, "outputLimit": 2000}));
     assert_eq!(cfg["providers"]["q"]["url"], format!("{}/v1", server.url()));
-    let conds = vllm::conditions(&s, &reports, &[]);
+    let conds = conditions::vllm(&vllm::summarize(&s, &reports, &[], 0));
     assert_eq!((conds[0].type_, conds[0].status), ("VllmConfigReady", true));
     // small has max_model_len 8192 < 16384
     assert_eq!((conds[1].type_, conds[1].status), ("VllmWarning", true));
@@ -67,7 +68,7 @@ async fn misbehaving_servers_become_errors_within_seconds() {
         let err = reports[0].served.clone().expect_err("must fail");
         assert!(took < Duration::from_secs(5), "{behaviour:?} took {took:?}");
         let s = spec(json!({"vllm": [{"name": "q", "url": server.url()}]}));
-        let conds = vllm::conditions(&s, &reports, &[]);
+        let conds = conditions::vllm(&vllm::summarize(&s, &reports, &[], 0));
         assert_eq!((conds[0].status, conds[0].reason.as_str()), (false, "ProvidersUnavailable"), "{behaviour:?}");
         assert!(conds[0].message.contains(&err));
         assert_eq!(

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod class;
+pub mod naming;
 mod parts;
 mod status;
 
@@ -57,7 +58,7 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
 pub const NAMESPACE_OR_STAR_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
 /// Longest instance name: a DNS label, as the instance name is a label value
 /// (`app.kubernetes.io/instance`). Names derived from it that would pass their
-/// own limits are shortened with a digest (see [`crate::render::naming::fit`]).
+/// own limits are shortened with a digest (see [`crate::api::naming::fit`]).
 pub const MAX_NAME_LEN: usize = 63;
 /// A duration as hours, minutes and seconds (`90m`, `1h30m`, `45s`), or `0`.
 pub const DURATION_PATTERN: &str = r"^(0|([0-9]{1,4}h)?([0-9]{1,6}m)?([0-9]{1,8}s)?)$";

@@ -538,7 +538,7 @@ impl SettingsArgs {
                 self.platform,
                 &["route.openshift.io".to_string(), "security.openshift.io".to_string()],
             ),
-            ingress: crate::render::ingress::IngressSettings {
+            ingress: crate::settings::IngressSettings {
                 class: self.ingress_class.clone().filter(|c| !c.is_empty()),
                 annotations: self
                     .ingress_annotations

@@ -7,9 +7,6 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-/// The running operator's version.
-pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
-
 /// `<Chart.yaml version>+<sha256 of every file, by relative path>`.
 pub fn chart_digest(chart: &Path) -> std::io::Result<String> {
     let mut files = Vec::new();

@@ -60,7 +60,7 @@ pub struct Timings {
 
 impl Default for Timings {
     fn default() -> Self {
-        Self::for_lease(Duration::from_secs(15))
+        Self::for_lease(crate::settings::DEFAULT_LEASE_DURATION)
     }
 }
 

@@ -35,11 +35,14 @@ fn any() -> Vec<String> {
 /// (and regenerates), or grants `bind` on them in a ClusterRole of their own.
 pub const DEFAULT_ALLOWED_CLUSTER_ROLES: &[&str] = &["view"];
 
+/// The ClusterRole (installed with the operator) that discovery RoleBindings refer to.
+pub const DISCOVERY_CLUSTER_ROLE: &str = "tinycode-discovery";
+
 fn agent_roles() -> Vec<String> {
     DEFAULT_ALLOWED_CLUSTER_ROLES.iter().map(|r| r.to_string()).collect()
 }
 fn discovery_role() -> Vec<String> {
-    vec![crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE.into()]
+    vec![DISCOVERY_CLUSTER_ROLE.into()]
 }
 fn scc_use_roles() -> Vec<String> {
     ALL_TIERS.iter().map(|t| t.use_cluster_role()).collect()
@@ -256,7 +259,7 @@ pub const DISCOVERY_PERMISSIONS: &[Permission] = &[Permission {
 pub fn discovery_cluster_role_manifest() -> serde_json::Value {
     let role = ClusterRole {
         metadata: ObjectMeta {
-            name: Some(crate::reconcile::approval::DISCOVERY_CLUSTER_ROLE.into()),
+            name: Some(DISCOVERY_CLUSTER_ROLE.into()),
             labels: Some(BTreeMap::from([("app.kubernetes.io/name".into(), "tinycode-operator".into())])),
             ..Default::default()
         },

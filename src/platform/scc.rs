@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde::Serialize;
 
 use crate::api::TinycodeInstanceSpec;
+use crate::api::naming;
 use crate::platform::openshift::SecurityContextConstraints;
-use crate::render::naming;
 
 /// Namespace label approving the hostPath tier: `true` for read-only host
 /// directories, [`HOSTPATH_READWRITE`] for writable ones too.

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::{ClusterAdmin, TinycodeInstanceSpec};
+use crate::platform::rbac::DISCOVERY_CLUSTER_ROLE;
 
 /// Namespace label naming the one ClusterRole instances there may bind.
 pub const ALLOW_CLUSTER_ROLE_LABEL: &str = "tinycode.dev/allow-cluster-role";
@@ -16,8 +17,6 @@ pub const ALLOW_CLUSTER_ROLE_LABEL: &str = "tinycode.dev/allow-cluster-role";
 pub const KUBECONFIG_SHARE_ANNOTATION: &str = "tinycode.dev/kubeconfig-share-with";
 /// Namespace label (`true`) that lets instances of other namespaces discover its vLLM Services.
 pub const DISCOVERY_LABEL: &str = "tinycode.dev/vllm-discovery";
-/// The ClusterRole (installed with the operator) that discovery RoleBindings refer to.
-pub const DISCOVERY_CLUSTER_ROLE: &str = "tinycode-discovery";
 
 /// Roles no instance ever gets, whatever the allow-list says: they are
 /// cluster-admin powers, the operator's own, or the keys to the SCC tiers.

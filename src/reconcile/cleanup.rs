@@ -16,15 +16,15 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use crate::api::naming;
 use crate::api::{Phase, TinycodeInstance};
 use crate::platform::openshift::Route;
 use crate::platform::scc::ALL_TIERS;
 use crate::reconcile::calls::delete_ignoring_missing;
 use crate::reconcile::error::During;
 use crate::reconcile::observe::prepared_live;
-use crate::reconcile::written::write_status;
+use crate::reconcile::status_writes::write_status;
 use crate::reconcile::{Context, Error, status};
-use crate::render::naming;
 use crate::watch_scope::cluster_api;
 
 /// Delete path: Terminating → helm uninstall → grants, Route and copies

@@ -33,6 +33,17 @@ impl Desired {
     }
 }
 
+/// VllmConfigReady and VllmWarning from what the probes found.
+pub fn vllm(summary: &crate::vllm::Summary) -> Vec<Desired> {
+    let as_condition = |type_, f: &crate::vllm::Finding| Desired::new(type_, f.holds, f.reason, f.message.clone());
+    summary
+        .config_ready
+        .iter()
+        .map(|f| as_condition(VLLM_CONFIG_READY, f))
+        .chain(summary.warning.iter().map(|f| as_condition(VLLM_WARNING, f)))
+        .collect()
+}
+
 /// Merges desired conditions into the previous ones. `lastTransitionTime`
 /// moves only when a condition's status changes; conditions of types not
 /// desired any more (say VllmConfigReady once vllm is removed) are dropped.

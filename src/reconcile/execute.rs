@@ -13,12 +13,12 @@ use kube::{Api, ResourceExt};
 
 use crate::FIELD_MANAGER;
 use crate::api::TinycodeInstance;
+use crate::api::naming;
 use crate::platform::openshift::Route;
 use crate::reconcile::calls::{apply_params, delete_ignoring_missing};
 use crate::reconcile::error::During;
 use crate::reconcile::plan::{Exposure, Plan};
 use crate::reconcile::{Context, Error};
-use crate::render::naming;
 use crate::watch_scope::cluster_api;
 
 /// What the writes left: the release revision and the exposure as the cluster reports it.

@@ -11,14 +11,14 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::TinycodeInstance;
+use crate::api::naming;
 use crate::helm::{Mode, release};
 use crate::reconcile::calls::delete_ignoring_missing;
 use crate::reconcile::error::During;
 use crate::reconcile::plan::{HelmRun, Plan};
 use crate::reconcile::reason::Blocked;
-use crate::reconcile::written::await_revision;
+use crate::reconcile::status_writes::await_revision;
 use crate::reconcile::{Context, Error, conditions};
-use crate::render::naming;
 use crate::watch_scope::cluster_api;
 
 /// Runs helm for `plan`; returns the new revision.

@@ -20,9 +20,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::api::naming;
 use crate::api::{IdleStatus, Phase, START_REQUEST_ANNOTATION, TinycodeInstance, TinycodeInstanceSpec};
 use crate::ops::activity::{self, Activity};
-use crate::render::naming;
 use crate::settings::IdleSettings;
 
 /// A duration as `DURATION_PATTERN` writes it (`1h30m`, `45s`, `0`); None

@@ -13,10 +13,12 @@
 //! This file wires the stages to kube's controller and finalizer.
 
 pub mod approval;
+pub mod basics;
 pub mod calls;
 pub mod cleanup;
 pub mod condition_types;
 pub mod conditions;
+pub mod context;
 pub mod diagnose;
 pub mod discover;
 pub mod error;
@@ -34,30 +36,31 @@ pub mod reason;
 pub mod revoke;
 pub mod rules;
 pub mod status;
+pub mod status_writes;
 pub mod stores;
 pub mod triggers;
 pub mod validate;
 pub mod written;
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use crate::api::{FINALIZER, Phase, TinycodeInstance};
-use crate::helm::{Helm, manifest, remediation::RetryBudget};
+use crate::helm::Helm;
 use crate::ops::health::HealthState;
 use crate::ops::metrics::Metrics;
 use crate::settings::Settings;
-use crate::vllm;
+pub use basics::{instance_key, now, truncate};
+pub use context::Context;
 pub use error::{During, Error, Retry, backoff};
 pub use marks::VALUES_HASH_ANNOTATION;
 pub use stores::PART_OF_SELECTOR;
@@ -73,108 +76,6 @@ const RESYNC_DIAGNOSED: Duration = Duration::from_secs(15);
 const DIAGNOSIS_PODS: u32 = 20;
 /// How long the reads for a diagnosis may take before status goes without one.
 const DIAGNOSIS_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Shared state of all reconcile workers.
-pub struct Context {
-    pub client: Client,
-    pub settings: Settings,
-    pub helm: Helm,
-    /// Publishes Warning events: repeats of one fold into a series.
-    pub recorder: Recorder,
-    reporter: Reporter,
-    pub metrics: Arc<Metrics>,
-    pub prober: vllm::Prober,
-    pub stores: stores::Stores,
-    failures: Mutex<HashMap<ObjectRef<TinycodeInstance>, u32>>,
-    /// Helm failures per instance and rendering (the Stalled decision).
-    retries: Mutex<RetryBudget<ObjectRef<TinycodeInstance>>>,
-    /// Objects each release revision rendered, by record name.
-    manifests: Mutex<HashMap<String, Arc<Vec<manifest::ObjectRef>>>>,
-    /// Namespaces found prepared, and when.
-    prepared: written::Prepared,
-    /// Statuses written that the cache may not show yet.
-    pub written: written::WrittenStatuses,
-    /// Instances whose finalizer this process removed.
-    finalized: written::Finalized,
-    /// The OpenID Connect provider of auth.mode oidc, when configured.
-    pub oidc: Option<Arc<crate::ops::oidc::Provider>>,
-    /// The last activity check of each instance with an idle timeout.
-    pub activity: Arc<idle::Observations>,
-    /// Warning events of failures, at most one per namespace and reason a window.
-    failure_events: noise::FailureEvents,
-}
-
-impl Context {
-    pub fn new(client: Client, settings: Settings, helm: Helm, metrics: Arc<Metrics>, stores: stores::Stores) -> Self {
-        let reporter = Reporter { controller: "tinycode-operator".into(), instance: std::env::var("POD_NAME").ok() };
-        // The recorder folds repeats of an event into one series, so a failing
-        // instance does not flood its namespace with events.
-        let recorder = Recorder::new(client.clone(), reporter.clone());
-        let prober = vllm::Prober::new(settings.probes.clone());
-        let retries = Mutex::new(RetryBudget::new(settings.max_retries));
-        let oidc = settings.signin.oidc.clone().map(crate::ops::oidc::Provider::new);
-        Self {
-            oidc,
-            activity: Arc::default(),
-            client,
-            settings,
-            helm,
-            recorder,
-            reporter,
-            metrics,
-            prober,
-            stores,
-            failures: Mutex::default(),
-            retries,
-            manifests: Mutex::default(),
-            prepared: written::Prepared::default(),
-            written: written::WrittenStatuses::default(),
-            finalized: written::Finalized::default(),
-            failure_events: noise::FailureEvents::default(),
-        }
-    }
-
-    /// Keeps what a release revision rendered (it never changes), by record name.
-    pub(crate) fn remember_rendered(
-        &self,
-        record: &str,
-        objs: Vec<manifest::ObjectRef>,
-    ) -> Arc<Vec<manifest::ObjectRef>> {
-        let objs = Arc::new(objs);
-        let mut cache = self.manifests.lock().expect("lock");
-        if cache.len() > 4096 {
-            cache.clear();
-        }
-        cache.insert(record.to_string(), objs.clone());
-        objs
-    }
-
-    /// Publishes an event on the instance (best effort). Normal events
-    /// (an install, a rollout reaching Running) each say something new, so
-    /// they skip the shared recorder: its cache would keep every one for
-    /// minutes (a tenth of the heap at 400 new instances) only to fold a
-    /// repeat into the first one's note.
-    pub async fn event(&self, inst: &TinycodeInstance, type_: EventType, reason: &str, action: &str, note: String) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(truncate(&note, 1000)),
-            action: action.into(),
-            secondary: None,
-        };
-        let once;
-        let recorder = match type_ {
-            EventType::Warning => &self.recorder,
-            EventType::Normal => {
-                once = Recorder::new(self.client.clone(), self.reporter.clone());
-                &once
-            }
-        };
-        if let Err(e) = recorder.publish(&ev, &inst.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not publish event");
-        }
-    }
-}
 
 /// How the controller runs (the namespaces it watches are a setting:
 /// [`Settings::watch_scope`]).
@@ -317,7 +218,7 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
                 st.idle = idle.status;
                 st.last_activity_time = idle.last_activity_time;
             }
-            if let Err(e) = written::write_status_if_changed(ctx, inst, &st).await {
+            if let Err(e) = status_writes::write_status_if_changed(ctx, inst, &st).await {
                 tracing::warn!(error = %e, "could not record the failure in status");
             }
             if ctx.failure_events.admit(&inst.namespace().unwrap_or_default(), err.reason()) {
@@ -347,13 +248,13 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     if inst.spec.suspend {
         revoke::revoke(ctx, inst, "the instance is suspended").await?;
         let deployment = ctx.stores.deployments.get(
-            &ObjectRef::new(&crate::render::naming::fullname(&inst.name_any()))
+            &ObjectRef::new(&crate::api::naming::fullname(&inst.name_any()))
                 .within(&inst.namespace().unwrap_or_default()),
         );
         let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
         let idle = enforce_idle(ctx, inst, "spec.suspend is true").await;
         let st = status::suspended(inst, stopped, idle, &now());
-        written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
+        status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
         ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
         // Namespace labels wake it; a kubeconfig owner's consent lives on a
         // Secret in another namespace, which is not watched.
@@ -383,7 +284,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     let deployment = match &plan.helm {
         // After helm the cached Deployment may be the old one; status reads the cache again.
         Some(_) => {
-            let key = ObjectRef::new(&crate::render::naming::fullname(&inst.name_any()))
+            let key = ObjectRef::new(&crate::api::naming::fullname(&inst.name_any()))
                 .within(&inst.namespace().unwrap_or_default());
             ctx.stores.deployments.get(&key)
         }
@@ -391,8 +292,8 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     };
     // The bundled Ollama's readiness (its models pulled) is the instance's too.
     let ollama = plan.values.ollama.enabled.then(|| {
-        let key = ObjectRef::new(&crate::render::naming::ollama(&inst.name_any()))
-            .within(&inst.namespace().unwrap_or_default());
+        let key =
+            ObjectRef::new(&crate::api::naming::ollama(&inst.name_any())).within(&inst.namespace().unwrap_or_default());
         ctx.stores.deployments.get(&key)
     });
     let ollama = ollama.flatten();
@@ -441,7 +342,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         }
         None => {}
     }
-    written::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
+    status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     let settled = matches!(phase, Phase::Running | Phase::Stopped);
     Ok(Action::requeue(match (settled, diagnosed) {
@@ -456,7 +357,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
 /// and scaled to zero when idle, and `st` says so (README.md, "Idle stop").
 /// A scale-down that fails leaves status as it was; the next check retries.
 async fn enforce_idle(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Option<idle::IdleState> {
-    use crate::render::naming;
+    use crate::api::naming;
     let class_idle = match observe::class_of(ctx, inst).0 {
         policy::Choice::Found { spec, .. } => spec.idle.clone(),
         _ => None,
@@ -500,7 +401,7 @@ async fn diagnose_rollout(
     component: diagnose::Component,
     deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
 ) -> Option<diagnose::Diagnosis> {
-    use crate::render::naming;
+    use crate::api::naming;
     use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
     let ns = inst.namespace()?;
     let name = inst.name_any();
@@ -538,29 +439,6 @@ async fn diagnose_rollout(
         }
     };
     diagnose::diagnose(&pods, &pvcs, deployment, ctx.settings.platform.cli())
-}
-
-/// The `namespace/name` an instance is known by in metrics and in
-/// [`written::WrittenStatuses`].
-pub(crate) fn instance_key(inst: &TinycodeInstance) -> String {
-    format!("{}/{}", inst.namespace().unwrap_or_default(), inst.name_any())
-}
-
-/// Now, to the second (condition times are RFC 3339 seconds).
-pub(crate) fn now() -> String {
-    let t = Timestamp::now();
-    Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
-}
-
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 #[cfg(test)]

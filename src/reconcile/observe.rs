@@ -17,6 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::TinycodeInstance;
+use crate::api::naming;
 use crate::helm::{manifest, release};
 use crate::platform::openshift::Route;
 use crate::platform::prepare;
@@ -24,7 +25,6 @@ use crate::platform::scc::ALL_TIERS;
 use crate::reconcile::error::During;
 use crate::reconcile::stores::Lookup;
 use crate::reconcile::{Context, Error, discover};
-use crate::render::naming;
 use crate::vllm::Report;
 use crate::watch_scope::{cluster_api, cluster_api_dynamic};
 

@@ -21,15 +21,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 use serde::Serialize;
 
+use crate::api::naming;
 use crate::helm::release::{self, Record, ReleaseStatus};
 use crate::helm::{Mode, manifest};
 use crate::platform::openshift::Route;
 use crate::platform::scc::{self, SccTier};
-use crate::reconcile::conditions::Desired;
+use crate::reconcile::conditions::{self, Desired};
 use crate::reconcile::observe::{Observed, ReleaseFacts};
 use crate::reconcile::validate::{ReconcileRequest, ValidInstance};
 use crate::render::values::{self, Approved, InstanceRef, Values};
-use crate::render::{config, ingress, naming, route};
+use crate::render::{config, ingress, route};
 use crate::settings::Settings;
 use crate::vllm;
 
@@ -207,7 +208,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
     let release = release_state(&observed.release, observed.deployment.as_deref(), &values, unhandled);
     let helm = next_action(&release);
     let mut conditions =
-        vllm::conditions_with_skipped(spec, &observed.providers, &observed.discovered, observed.discovery_skipped);
+        conditions::vllm(&vllm::summarize(spec, &observed.providers, &observed.discovered, observed.discovery_skipped));
     conditions.extend(valid.cluster_admin_condition.clone());
     Plan {
         release_name: naming::release_name(ns, name),

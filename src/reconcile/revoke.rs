@@ -21,11 +21,11 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::api::TinycodeInstance;
+use crate::api::naming;
 use crate::platform::prepare;
 use crate::platform::scc::{ALL_TIERS, SccTier};
 use crate::reconcile::error::During;
 use crate::reconcile::{Context, Error, approval, discover};
-use crate::render::naming;
 use crate::settings::Settings;
 use crate::watch_scope::cluster_api;
 

@@ -4,13 +4,14 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 
+use crate::api::naming;
 use crate::api::{Phase, TinycodeInstance, TinycodeInstanceStatus};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, Desired, Workload};
 use crate::reconcile::diagnose::{Component, Diagnosis};
 use crate::reconcile::execute::Outcome;
 use crate::reconcile::plan::{Exposure, Plan};
-use crate::render::{ingress, naming, route};
+use crate::render::{ingress, route};
 
 /// Status of an instance whose plan was carried out. Of `inst` only its
 /// metadata's generation and its previous status are read: the rest comes

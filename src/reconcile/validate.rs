@@ -9,6 +9,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
+use crate::api::naming;
 use crate::api::{AuthMode, TinycodeInstance, TinycodeInstanceSpec};
 use crate::platform::scc::SccTier;
 use crate::platform::{self, Platform};
@@ -18,7 +19,6 @@ use crate::reconcile::kubeconfig::kubeconfig_warnings;
 use crate::reconcile::observe::{KubeconfigFacts, Observed, SecretFacts};
 use crate::reconcile::reason::Blocked;
 use crate::reconcile::{approval, policy, rules};
-use crate::render::naming;
 use crate::settings::Settings;
 
 use crate::reconcile::marks::PASSWORD_KEY;

@@ -2,26 +2,16 @@
 //! operator, like the Route on OpenShift, so its address can be read back
 //! into `status.url`.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend, IngressSpec,
     IngressTLS, ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::api::naming;
+use crate::api::naming::instance_labels;
 use crate::api::{TinycodeInstanceSpec, TlsTermination};
-use crate::render::naming;
-use crate::render::naming::instance_labels;
-
-/// Cluster-admin settings for Ingresses.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct IngressSettings {
-    /// `--ingress-class`; `None`: the cluster's default IngressClass, if any.
-    pub class: Option<String>,
-    /// `--ingress-annotations` (e.g. cert-manager's cluster-issuer).
-    pub annotations: BTreeMap<String, String>,
-}
+use crate::settings::IngressSettings;
 
 /// The desired Ingress, or `None` when the instance has no host name.
 pub fn build(
@@ -110,6 +100,8 @@ pub fn warnings(spec: &TinycodeInstanceSpec) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use k8s_openapi::api::networking::v1::{IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus};
 

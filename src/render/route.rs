@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::api::naming;
+use crate::api::naming::instance_labels;
 use crate::api::{TinycodeInstanceSpec, TlsTermination};
 use crate::platform::openshift::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
-use crate::render::naming;
-use crate::render::naming::instance_labels;
 
 /// The desired Route for an instance.
 pub fn build(name: &str, namespace: &str, spec: &TinycodeInstanceSpec, owner: OwnerReference) -> Route {

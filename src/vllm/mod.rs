@@ -24,7 +24,6 @@ use tokio::sync::Semaphore;
 pub use models::{MAX_MODEL_ID_LEN, MAX_MODELS_PER_PROVIDER, ModelList, parse_models};
 
 use crate::api::TinycodeInstanceSpec;
-use crate::reconcile::conditions::{Desired, VLLM_CONFIG_READY, VLLM_WARNING};
 use crate::render::config::{self, Served};
 
 /// Annotation that makes a Service a discovery candidate.
@@ -448,23 +447,45 @@ pub fn served_by_name(reports: &[Report]) -> BTreeMap<String, Served> {
     reports.iter().filter_map(|r| r.served.as_ref().ok().map(|s| (r.name.clone(), s.clone()))).collect()
 }
 
-/// VllmConfigReady (only with spec.vllm) and VllmWarning for the reports of
-/// the spec's providers and of discovered Services.
-pub fn conditions(spec: &TinycodeInstanceSpec, providers: &[Report], discovered: &[Report]) -> Vec<Desired> {
-    conditions_with_skipped(spec, providers, discovered, 0)
+/// One finding of the probes: whether it holds, a reason word and a message
+/// (bounded: the texts come from tenants' servers). The reconcile turns
+/// findings into conditions; this layer does not know conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub holds: bool,
+    pub reason: &'static str,
+    pub message: String,
 }
 
-/// [`conditions`], also warning that `discovery_skipped` discovered Services
-/// were not probed (beyond [`MAX_DISCOVERED_PER_INSTANCE`]). Every part of a
+impl Finding {
+    fn new(holds: bool, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { holds, reason, message: message.into() }
+    }
+}
+
+/// What the probes of one instance found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Only with `spec.vllm`: whether every provider made it into the config
+    /// (the VllmConfigReady condition).
+    pub config_ready: Option<Finding>,
+    /// Whenever something was probed or left unprobed: whether there is
+    /// anything to warn about (the VllmWarning condition).
+    pub warning: Option<Finding>,
+}
+
+/// The [`Summary`] of the reports of the spec's providers and of discovered
+/// Services, also warning that `discovery_skipped` discovered Services were
+/// not probed (beyond [`MAX_DISCOVERED_PER_INSTANCE`]). Every part of a
 /// message is cut to [`MAX_WARNING_LEN`] bytes and each message to
 /// [`MAX_CONDITION_MESSAGE_LEN`]: the texts come from tenants' servers.
-pub fn conditions_with_skipped(
+pub fn summarize(
     spec: &TinycodeInstanceSpec,
     providers: &[Report],
     discovered: &[Report],
     discovery_skipped: usize,
-) -> Vec<Desired> {
-    let mut out = Vec::new();
+) -> Summary {
+    let mut summary = Summary::default();
     let mut warnings: Vec<String> = Vec::new();
     if discovery_skipped > 0 {
         warnings.push(format!(
@@ -488,11 +509,10 @@ pub fn conditions_with_skipped(
                 None => missing.push(format!("{} was not probed", p.name)),
             }
         }
-        out.push(if missing.is_empty() {
-            Desired::new(VLLM_CONFIG_READY, true, "ProvidersConfigured", format!("{} vLLM provider(s) configured", list.len()))
+        summary.config_ready = Some(if missing.is_empty() {
+            Finding::new(true, "ProvidersConfigured", format!("{} vLLM provider(s) configured", list.len()))
         } else {
-            Desired::new(
-                VLLM_CONFIG_READY,
+            Finding::new(
                 false,
                 "ProvidersUnavailable",
                 format!(
@@ -523,15 +543,15 @@ pub fn conditions_with_skipped(
             warnings.push(format!("discovered Service {}: {e}", r.name));
         }
     }
-    if !out.is_empty() || !discovered.is_empty() || discovery_skipped > 0 {
-        out.push(if warnings.is_empty() {
-            Desired::new(VLLM_WARNING, false, "NoWarnings", "the vLLM servers look well configured")
+    if summary.config_ready.is_some() || !discovered.is_empty() || discovery_skipped > 0 {
+        summary.warning = Some(if warnings.is_empty() {
+            Finding::new(false, "NoWarnings", "the vLLM servers look well configured")
         } else {
             let warnings: Vec<String> = warnings.iter().map(|w| bounded(w, MAX_WARNING_LEN)).collect();
-            Desired::new(VLLM_WARNING, true, "ServerMisconfigured", join_bounded(&warnings, MAX_CONDITION_MESSAGE_LEN))
+            Finding::new(true, "ServerMisconfigured", join_bounded(&warnings, MAX_CONDITION_MESSAGE_LEN))
         });
     }
-    out
+    summary
 }
 
 #[cfg(test)]

@@ -6,6 +6,31 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
+const VLLM_CONFIG_READY: &str = "VllmConfigReady";
+const VLLM_WARNING: &str = "VllmWarning";
+
+/// A finding under the name of the condition the reconcile makes of it.
+struct Named {
+    type_: &'static str,
+    status: bool,
+    reason: String,
+    message: String,
+}
+
+fn conditions_with_skipped(spec: &TinycodeInstanceSpec, p: &[Report], d: &[Report], skipped: usize) -> Vec<Named> {
+    let s = summarize(spec, p, d, skipped);
+    let named = |type_, f: Finding| Named { type_, status: f.holds, reason: f.reason.into(), message: f.message };
+    s.config_ready
+        .map(|f| named(VLLM_CONFIG_READY, f))
+        .into_iter()
+        .chain(s.warning.map(|f| named(VLLM_WARNING, f)))
+        .collect()
+}
+
+fn conditions(spec: &TinycodeInstanceSpec, p: &[Report], d: &[Report]) -> Vec<Named> {
+    conditions_with_skipped(spec, p, d, 0)
+}
+
 #[test]
 fn ssrf_guard() {
     for bad in [

@@ -23,7 +23,6 @@ use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::platform::openshift::{self, SecurityContextConstraints};
 use tinycode_operator::platform::scc::ALL_TIERS;
 use tinycode_operator::platform::{manifest, rbac};
-use tinycode_operator::reconcile::approval;
 use tinycode_operator::settings;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -145,9 +144,7 @@ async fn install_operator_account(client: &Client) -> Result<(), BoxError> {
 async fn install_cluster_rbac(client: &Client) -> Result<(), BoxError> {
     let roles: Api<ClusterRole> = Api::all(client.clone());
     roles.patch(rbac::OPERATOR_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::cluster_role_manifest())).await?;
-    roles
-        .patch(approval::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest()))
-        .await?;
+    roles.patch(rbac::DISCOVERY_CLUSTER_ROLE, &pp(), &Patch::Apply(rbac::discovery_cluster_role_manifest())).await?;
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some(rbac::OPERATOR_CLUSTER_ROLE.into()), ..Default::default() },
         role_ref: RoleRef {

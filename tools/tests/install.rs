@@ -608,8 +608,8 @@ async fn run_basic_sample_with_the_manager_from_the_image(cluster: &Cluster, cli
         samples().into_iter().find(|(f, _)| f == "tinycode_v1alpha1_basic.yaml").expect("the basic sample");
     let name = basic["metadata"]["name"].as_str().unwrap().to_string();
     let instances: Api<TinycodeInstance> = Api::namespaced(client.clone(), ns);
-    let deployment = tinycode_operator::render::naming::fullname(&name);
-    let route = tinycode_operator::render::naming::route(&name);
+    let deployment = tinycode_operator::api::naming::fullname(&name);
+    let route = tinycode_operator::api::naming::route(&name);
 
     let mut phase = String::new();
     for _ in 0..1200 {
@@ -629,7 +629,7 @@ async fn run_basic_sample_with_the_manager_from_the_image(cluster: &Cluster, cli
         manager.log_text()
     );
     // Release records live in the operator's namespace (tenants cannot forge them).
-    let release = cluster.helm_release(OPERATOR_NS, &tinycode_operator::render::naming::release_name(ns, &name));
+    let release = cluster.helm_release(OPERATOR_NS, &tinycode_operator::api::naming::release_name(ns, &name));
     assert!(release.contains("deployed"), "helm from the image installed the release: {release}");
 
     // Deleted: the finalizer runs helm uninstall from the image and lets go.

@@ -168,7 +168,7 @@ fn ingress_sources(settings: &Settings) -> BTreeMap<String, String> {
 
 /// What besides the values decides the rendering: the chart and the operator.
 pub fn rendering(settings: &Settings) -> String {
-    format!("chart {} operator {}", settings.chart_digest, crate::helm::digest::OPERATOR_VERSION)
+    format!("chart {} operator {}", settings.chart_digest, crate::VERSION)
 }
 
 /// Digest of the values with `valuesHash` itself blanked, and of `rendering`.

@@ -9,12 +9,13 @@ use serde::Serialize;
 use super::{Approved, InstanceRef, sha256_hex};
 use k8s_openapi::api::core::v1::Toleration;
 
+use crate::api::naming;
 use crate::api::{
     AccessMode, Auth, AuthMode, ClusterAdmin, Git, ModelLimits, Ollama, ResourceLists, Resources, Shell, Storage,
     TinycodeInstanceSpec, VllmProvider,
 };
 use crate::platform::scc::SccTier;
-use crate::render::{naming, signin};
+use crate::render::signin;
 use crate::settings::Settings;
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -87,7 +88,7 @@ pub struct InstanceValues {
     pub uid: String,
 }
 
-/// The names of the chart's objects, derived by `crate::render::naming` (shortened with a
+/// The names of the chart's objects, derived by `crate::api::naming` (shortened with a
 /// digest where `<instance name><suffix>` would pass the limit); the chart
 /// never builds a name from the instance name itself.
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]

@@ -19,8 +19,8 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use tinycode_operator::api::naming;
 use tinycode_operator::api::{TinycodeClass, TinycodeInstance};
-use tinycode_operator::render::naming;
 use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
 use super::{delete_and_wait_gone, put_secret};

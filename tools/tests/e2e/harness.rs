@@ -631,7 +631,7 @@ pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> 
 
 /// Plays the kubelet and the router for an instance, then waits for Running.
 pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
-    use tinycode_operator::render::naming;
+    use tinycode_operator::api::naming;
     mark_available(c, ns, &naming::fullname(name)).await?;
     // A bundled Ollama's readiness is the instance's too.
     let inst = Api::<TinycodeInstance>::namespaced(c.clone(), ns).get(name).await.ctx("get the instance")?;

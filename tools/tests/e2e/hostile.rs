@@ -13,7 +13,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tinycode_operator::render::naming;
+use tinycode_operator::api::naming;
 use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
 use super::tenancy::{failed_with, outside, same_world, tenant};

@@ -14,7 +14,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::render::naming;
+use tinycode_operator::api::naming;
 
 use super::deploy;
 use crate::harness::*;

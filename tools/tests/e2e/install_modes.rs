@@ -8,7 +8,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::render::naming;
+use tinycode_operator::api::naming;
 
 use super::{delete_and_wait_gone, deploy};
 use crate::harness::*;

@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::render::naming;
+use tinycode_operator::api::naming;
 
 use super::{delete_and_wait_gone, deploy};
 use crate::harness::*;

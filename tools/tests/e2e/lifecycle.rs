@@ -13,8 +13,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::api::naming;
 use tinycode_operator::platform::openshift::Route;
-use tinycode_operator::render::naming;
 
 use super::{delete_and_wait_gone, deploy, kubeconfig, put_secret};
 use crate::harness::*;

@@ -44,9 +44,9 @@ use serde_json::{Value, json};
 use signin::*;
 use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::api::naming;
 use tinycode_operator::platform::openshift::{Route, SecurityContextConstraints, scc_manifest};
 use tinycode_operator::platform::scc::ALL_TIERS;
-use tinycode_operator::render::naming;
 
 type Scenario = for<'a> fn(&'a mut Env) -> Pin<Box<dyn Future<Output = TestResult> + 'a>>;
 

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Event, Secret, Service};
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::{Value, json};
-use tinycode_operator::render::naming;
+use tinycode_operator::api::naming;
 
 use crate::harness::*;
 use crate::tenancy::tenant;

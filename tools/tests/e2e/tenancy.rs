@@ -18,7 +18,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::render::naming;
+use tinycode_operator::api::naming;
 use tinycode_tools::devcluster::OPERATOR_NAMESPACE;
 
 use super::{delete_and_wait_gone, kubeconfig, put_secret, standin};

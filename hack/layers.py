@@ -1,26 +1,26 @@
 #!/usr/bin/env python3
-"""Prints the file-level import cycles among the reconcile's modules.
+"""Checks the crate's layers and prints its file-level import cycles.
 
-Reads src/reconcile/*.rs and src/reconcile/rules/*.rs, finds every reference
-one file makes to another (`use crate::reconcile::x::...`, `use super::...`,
-`use crate::reconcile::{x, y::z}`, and paths in code such as
-`crate::reconcile::x::f` or `super::x::f`), and prints the strongly connected
-components of that graph with more than one file: each is a set of files that
-import each other, directly or around a loop. Under each component, the edges
-inside it and the names that make them, so one can see what to move.
+The layers, lowest first (LAYERS below): a module may use its own layer and
+those under it, never one above. `api` (the types and the names of derived
+objects) is at the bottom, `cli` at the top; reconcile drives the capabilities
+under it (render, vllm, ops, helm, gate, platform). Two modules of one layer
+must not use each other.
 
-Left out, unless asked for:
-- test code (`#[cfg(test)]` items and the files they include, `*_tests.rs`,
-  `tests.rs`): `--tests` keeps it;
-- edges between a module and its own submodules (mod.rs declares and wires
-  every stage, and they use the `Context` it defines, so every stage would
-  join one cycle through it): `--parents` keeps them.
+Cycles: every strongly connected component of the graph of files that use
+each other (`use crate::x::...`, `use super::...`, paths in code such as
+`crate::x::f` or `super::x::f`). A module's edges to its own submodules count
+only for the modules in WIRING (unless --no-parents): their `mod.rs` wires the
+stages, so a stage that reaches back into it (for a type every stage needs)
+closes a loop; shared parts belong in a file of their own.
 
 A name a module re-exports (`pub use a::B;`) is followed to where it is
-defined, so importing `crate::reconcile::Error` depends on error.rs.
+defined. Test code (`#[cfg(test)]` items, `*_tests.rs`, `tests.rs`) is left
+out unless --tests: tests may compose layers.
 
-Usage: hack/import-cycles.py [--tests] [--parents] [--root DIR]
-Exit status: 0 whether or not there are cycles (it reports; it does not judge).
+Usage: hack/layers.py [--tests] [--no-parents] [--root DIR]
+Exit status: 1 when a module uses a layer above its own or files form a
+cycle (each printed with the names that make it), else 0. `make lint` runs it.
 """
 
 import argparse
@@ -28,7 +28,26 @@ import os
 import re
 import sys
 
-CRATE_MODULE = ("reconcile",)
+CRATE_MODULE = ()
+
+# Lowest first. Each entry is one layer: the top-level modules in it.
+LAYERS = [
+    {"api", "watch_scope"},
+    {"platform"},
+    {"settings"},
+    {"render"},
+    {"vllm"},
+    {"ops"},
+    {"helm", "gate"},
+    {"reconcile"},
+    {"cli"},
+]
+RANK = {m: k for k, layer in enumerate(LAYERS) for m in layer}
+
+# Modules whose mod.rs only wires its submodules: a submodule using it closes
+# a loop. Elsewhere a mod.rs may define what its submodules build on (a type
+# they implement, patterns they share), and those edges are not counted.
+WIRING = {("reconcile",)}
 
 
 def strip_comments_and_strings(src):
@@ -147,8 +166,10 @@ class Crate:
                 if not tests and (name.endswith("_tests.rs") or name == "tests.rs"):
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, name), base)
+                if rel == "main.rs":  # the binary: a crate of its own
+                    continue
                 parts = rel[:-3].split(os.sep)
-                if parts[-1] == "mod":
+                if parts[-1] in ("mod", "lib") and len(parts) == 1 or parts[-1] == "mod":
                     parts = parts[:-1]
                 module = CRATE_MODULE + tuple(parts)
                 with open(os.path.join(dirpath, name), encoding="utf-8") as f:
@@ -230,7 +251,7 @@ class Crate:
 
 def label(module):
     rest = module[len(CRATE_MODULE) :]
-    return "/".join(rest) if rest else "mod"
+    return "/".join(rest) if rest else "lib"
 
 
 def components(nodes, edges):
@@ -268,23 +289,32 @@ def components(nodes, edges):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tests", action="store_true", help="count test code too")
-    parser.add_argument("--parents", action="store_true", help="keep edges between a module and its submodules")
+    parser.add_argument("--no-parents", action="store_true", help="leave out edges between a module and its submodules")
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     args = parser.parse_args()
 
     crate = Crate(args.root, args.tests)
-    edges, names = {}, {}
+    unknown = sorted({m[0] for m in crate.files if m and m[0] not in RANK})
+    if unknown:
+        print(f"modules in no layer (add them to LAYERS in {__file__}): {', '.join(unknown)}")
+        return 1
+    edges, names, upward = {}, {}, []
     for module in crate.files:
         for target, name in crate.references(module):
-            related = target[: len(module)] == module or module[: len(target)] == target
-            if related and not args.parents:
+            if module and target and module[0] != target[0] and RANK[target[0]] >= RANK[module[0]]:
+                upward.append((module, target, name))
+            parent = target if module[: len(target)] == target else module if target[: len(module)] == module else None
+            if parent is not None and (args.no_parents or parent not in WIRING):
                 continue
             edges.setdefault(module, set()).add(target)
             names.setdefault((module, target), set()).add(name)
 
+    print(f"{len(upward)} use(s) of a layer above or beside the user's")
+    for module, target, name in sorted(set(upward)):
+        print(f"    {label(module)} (layer {RANK[module[0]]}) -> {label(target)} (layer {RANK[target[0]]}): {name}")
     cycles = [c for c in components(crate.files, edges) if len(c) > 1]
     cycles.sort(key=lambda c: (-len(c), [label(m) for m in c]))
-    print(f"{len(cycles)} import cycle(s) among {len(crate.files)} files of src/{'/'.join(CRATE_MODULE)}")
+    print(f"{len(cycles)} import cycle(s) among {len(crate.files)} files of src")
     for comp in cycles:
         members = set(comp)
         print(" <-> ".join(label(m) for m in comp))
@@ -292,7 +322,7 @@ def main():
             for b in sorted(edges.get(a, ()), key=label):
                 if b in members:
                     print(f"    {label(a)} -> {label(b)}: {', '.join(sorted(names[(a, b)]))}")
-    return 0
+    return 1 if upward or cycles else 0
 
 
 if __name__ == "__main__":
