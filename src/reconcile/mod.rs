@@ -5,6 +5,8 @@
 //! | spec rules | [`rules`] | no |
 //! | observe | [`observe`] (from [`stores`]) | reads |
 //! | validate | [`validate`] | no |
+//! | (the three above, as one verdict) | [`admit`] | reads |
+//! | withdraw what is not approved | [`revoke`] | writes |
 //! | plan | [`plan`] | no |
 //! | execute | [`execute`], [`helm_run`] | writes |
 //! | status | [`status`] | no (written by execute) |
@@ -12,6 +14,7 @@
 //!
 //! This file wires the stages to kube's controller and finalizer.
 
+pub mod admit;
 pub mod approval;
 pub mod basics;
 pub mod calls;
@@ -235,49 +238,14 @@ async fn apply(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> 
 
 /// rules → observe → validate → plan → execute → status.
 async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Error> {
-    // Every path that returns before a plan re-renders the instance first
-    // withdraws what approvals no longer cover (README.md, "Security model"): a tenant cannot
-    // keep a grant by suspending, breaking the spec or failing another gate.
-    let warnings = match validate::spec_rules(inst, &ctx.settings) {
-        Ok(warnings) => warnings,
-        Err(invalid) => {
-            revoke::revoke(ctx, inst, "the spec is invalid").await?;
-            return Err(invalid.into());
-        }
-    };
-    if inst.spec.suspend {
-        revoke::revoke(ctx, inst, "the instance is suspended").await?;
-        let deployment = ctx.stores.deployments.get(
-            &ObjectRef::new(&crate::api::naming::fullname(&inst.name_any()))
-                .within(&inst.namespace().unwrap_or_default()),
-        );
-        let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
-        let idle = enforce_idle(ctx, inst, "spec.suspend is true").await;
-        let st = status::suspended(inst, stopped, idle, &now());
-        status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
-        ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
-        // Namespace labels wake it; a kubeconfig owner's consent lives on a
-        // Secret in another namespace, which is not watched.
-        return Ok(if inst.spec.cluster_admin.kubeconfig_namespace.is_some() {
-            Action::requeue(ctx.settings.blocked_requeue)
-        } else {
-            Action::await_change()
-        });
+    let verdict = admit::admit(ctx, inst).await?;
+    if let Some(why) = verdict.withdraws() {
+        revoke::revoke(ctx, inst, why).await?;
     }
-    // The class first: a spec beyond it costs no Secret reads or probes.
-    let (class, rank) = observe::class_of(ctx, inst);
-    if let Err(invalid) = validate::class_policy(&class, rank, &inst.spec, &ctx.settings) {
-        revoke::revoke(ctx, inst, invalid.reason.as_str()).await?;
-        return Err(Error::blocked(invalid.reason, invalid.message));
-    }
-    let observed = observe::observe(ctx, inst).await?;
-    let valid = match validate::validate(&observed, inst, &ctx.settings, warnings) {
-        Ok(valid) => valid,
-        Err(invalid) => {
-            // An approval taken back takes what it granted with it, first.
-            revoke::revoke(ctx, inst, invalid.reason.as_str()).await?;
-            return Err(Error::blocked(invalid.reason, invalid.message));
-        }
+    let (valid, observed) = match verdict {
+        admit::Verdict::Admitted(admitted) => *admitted,
+        admit::Verdict::Suspended => return suspended(ctx, inst).await,
+        admit::Verdict::Refused(refusal) => return Err(refusal.into()),
     };
     let plan = plan::plan(&valid, &observed, &ctx.settings);
     let outcome = execute::execute(ctx, inst, &plan).await?;
@@ -350,6 +318,26 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         (false, true) => RESYNC_DIAGNOSED,
         (false, false) => RESYNC_DEPLOYING,
     }))
+}
+
+/// `spec.suspend`: what runs stays as it is (unless required idle stop stops
+/// it), status says so.
+async fn suspended(ctx: &Context, inst: &TinycodeInstance) -> Result<Action, Error> {
+    let deployment = ctx.stores.deployments.get(
+        &ObjectRef::new(&crate::api::naming::fullname(&inst.name_any())).within(&inst.namespace().unwrap_or_default()),
+    );
+    let stopped = deployment.as_deref().is_some_and(revoke::scaled_down);
+    let idle = enforce_idle(ctx, inst, "spec.suspend is true").await;
+    let st = status::suspended(inst, stopped, idle, &now());
+    status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
+    ctx.metrics.phase(&instance_key(inst), Some(Phase::Suspended));
+    // Namespace labels wake it; a kubeconfig owner's consent lives on a
+    // Secret in another namespace, which is not watched.
+    Ok(if inst.spec.cluster_admin.kubeconfig_namespace.is_some() {
+        Action::requeue(ctx.settings.blocked_requeue)
+    } else {
+        Action::await_change()
+    })
 }
 
 /// Required idle stop where the spec is not applied (suspended, or refused
