@@ -18,9 +18,14 @@ A name a module re-exports (`pub use a::B;`) is followed to where it is
 defined. Test code (`#[cfg(test)]` items, `*_tests.rs`, `tests.rs`) is left
 out unless --tests: tests may compose layers.
 
+Long functions: a function of more than MAX_FUNCTION_LINES lines (test code
+aside) is reported unless a `// long-function: <why>` comment stands just
+above it (or its attributes).
+
 Usage: hack/layers.py [--tests] [--no-parents] [--root DIR]
-Exit status: 1 when a module uses a layer above its own or files form a
-cycle (each printed with the names that make it), else 0. `make lint` runs it.
+Exit status: 1 when a module uses a layer above its own, files form a cycle
+(each printed with the names that make it) or a function is long without a
+reason, else 0. `make lint` runs it.
 """
 
 import argparse
@@ -43,6 +48,8 @@ LAYERS = [
     {"cli"},
 ]
 RANK = {m: k for k, layer in enumerate(LAYERS) for m in layer}
+
+MAX_FUNCTION_LINES = 80
 
 # Modules whose mod.rs only wires its submodules: a submodule using it closes
 # a loop. Elsewhere a mod.rs may define what its submodules build on (a type
@@ -158,6 +165,7 @@ def expand_use_tree(tree):
 class Crate:
     def __init__(self, root, tests):
         self.files = {}  # module path tuple -> source (cleaned)
+        self.raw = {}  # module path tuple -> (path, source as written)
         base = os.path.join(root, "src", *CRATE_MODULE)
         for dirpath, _, names in os.walk(base):
             for name in names:
@@ -173,8 +181,10 @@ class Crate:
                     parts = parts[:-1]
                 module = CRATE_MODULE + tuple(parts)
                 with open(os.path.join(dirpath, name), encoding="utf-8") as f:
-                    src = strip_comments_and_strings(f.read())
+                    raw = f.read()
+                src = strip_comments_and_strings(raw)
                 self.files[module] = src if tests else drop_test_items(src)
+                self.raw[module] = (os.path.relpath(os.path.join(dirpath, name), root), raw)
         self.reexports = {m: self._reexports(m, s) for m, s in self.files.items()}
 
     def _reexports(self, module, src):
@@ -247,6 +257,35 @@ class Crate:
             if target and target != module:
                 out.append((target, name))
         return out
+
+
+def long_functions(crate):
+    """(path, line, name, lines) of every long function without a written reason."""
+    out = []
+    for module, src in crate.files.items():
+        path, raw = crate.raw[module]
+        raw_lines = raw.split("\n")
+        for m in re.finditer(r"\bfn\s+(\w+)[^;{]*\{", src):
+            depth, i = 0, m.end() - 1
+            while i < len(src):
+                depth += {"{": 1, "}": -1}.get(src[i], 0)
+                if depth == 0:
+                    break
+                i += 1
+            lines = src.count("\n", m.start(), i) + 1
+            if lines <= MAX_FUNCTION_LINES:
+                continue
+            # Test items were cut from `src`; find the fn in the file as written.
+            name = m.group(1)
+            for k, text in enumerate(raw_lines):
+                if re.search(rf"\bfn\s+{name}\b", text):
+                    above = k - 1
+                    while above >= 0 and re.match(r"\s*(#\[|///|\)\]|\w+\s*=)", raw_lines[above]):
+                        above -= 1
+                    if above < 0 or "// long-function:" not in raw_lines[above]:
+                        out.append((path, k + 1, name, lines))
+                    break
+    return sorted(out)
 
 
 def label(module):
@@ -322,7 +361,11 @@ def main():
             for b in sorted(edges.get(a, ()), key=label):
                 if b in members:
                     print(f"    {label(a)} -> {label(b)}: {', '.join(sorted(names[(a, b)]))}")
-    return 1 if upward or cycles else 0
+    long = long_functions(crate)
+    print(f"{len(long)} function(s) over {MAX_FUNCTION_LINES} lines without a `// long-function:` reason")
+    for path, line, name, lines in long:
+        print(f"    {path}:{line}: {name} ({lines} lines): split it, or say why above it")
+    return 1 if upward or cycles or long else 0
 
 
 if __name__ == "__main__":

@@ -471,49 +471,22 @@ impl SettingsArgs {
     pub fn to_settings(&self) -> Result<Settings, String> {
         let required_namespace_label = match self.required_namespace_label.as_deref() {
             None | Some("") => None,
-            Some(kv) => {
-                let (k, v) =
-                    kv.split_once('=').ok_or_else(|| format!("--required-namespace-label {kv:?} must be key=value"))?;
-                Some((k.to_string(), v.to_string()))
-            }
+            Some(kv) => Some(key_value("--required-namespace-label", kv)?),
         };
-        let hostpath_allowed_prefixes = self
-            .hostpath_allowed_prefixes
-            .iter()
-            .map(|p| p.trim())
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                crate::reconcile::rules::normalise_host_path(p).ok_or_else(|| {
-                    format!("--hostpath-allowed-prefixes {p:?} must be an absolute path without . or ..")
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let egress_deny_cidrs = self
-            .egress_deny_cidrs
-            .iter()
-            .map(|c| c.trim())
-            .filter(|c| !c.is_empty())
-            .map(|c| {
-                crate::render::values::parse_cidr(c)
-                    .ok_or_else(|| format!("--egress-deny-cidrs {c:?} is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let hostpath_allowed_prefixes = parse_each(&self.hostpath_allowed_prefixes, |p| {
+            crate::reconcile::rules::normalise_host_path(p)
+                .ok_or_else(|| format!("--hostpath-allowed-prefixes {p:?} must be an absolute path without . or .."))
+        })?;
+        let egress_deny_cidrs = parse_each(&self.egress_deny_cidrs, |c| {
+            crate::render::values::parse_cidr(c)
+                .ok_or_else(|| format!("--egress-deny-cidrs {c:?} is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)"))
+        })?;
         Ok(Settings {
             require_prepared_label: self.require_prepared_label,
             hostpath_allowed_prefixes,
             egress_deny_cidrs,
-            allowed_registries: self
-                .allowed_registries
-                .iter()
-                .map(|r| r.trim().to_string())
-                .filter(|r| !r.is_empty())
-                .collect(),
-            allowed_cluster_roles: self
-                .allowed_cluster_roles
-                .iter()
-                .map(|r| r.trim().to_string())
-                .filter(|r| !r.is_empty())
-                .collect(),
+            allowed_registries: parse_each(&self.allowed_registries, |r| Ok(r.to_string()))?,
+            allowed_cluster_roles: parse_each(&self.allowed_cluster_roles, |r| Ok(r.to_string()))?,
             operator_namespace: self.operator_namespace.clone(),
             operator_service_account: self.operator_service_account.clone(),
             required_namespace_label,
@@ -540,21 +513,14 @@ impl SettingsArgs {
             ),
             ingress: crate::settings::IngressSettings {
                 class: self.ingress_class.clone().filter(|c| !c.is_empty()),
-                annotations: self
-                    .ingress_annotations
-                    .iter()
-                    .filter(|a| !a.trim().is_empty())
-                    .map(|a| {
-                        a.split_once('=')
-                            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                            .ok_or_else(|| format!("--ingress-annotations {a:?} must be key=value"))
-                    })
-                    .collect::<Result<_, _>>()?,
+                annotations: parse_each(&self.ingress_annotations, |a| key_value("--ingress-annotations", a))?
+                    .into_iter()
+                    .collect(),
             },
             ingress_namespace: self.ingress_namespace.clone(),
             platform_choice: self.platform,
             // Both set by `run` once this process leads.
-            lease_duration: crate::ops::leader::Timings::default().lease_duration,
+            lease_duration: crate::settings::DEFAULT_LEASE_DURATION,
             leading_since: std::time::Instant::now(),
             digest_key: crate::settings::DigestKey::default(),
             // A `run` flag: `run` sets it, other commands watch nothing.
@@ -563,6 +529,18 @@ impl SettingsArgs {
             idle: self.idle.to_settings()?,
         })
     }
+}
+
+/// Each non-empty item of a list flag, trimmed and parsed.
+fn parse_each<T>(items: &[String], parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    items.iter().map(|i| i.trim()).filter(|i| !i.is_empty()).map(parse).collect()
+}
+
+/// `key=value`, both trimmed.
+fn key_value(flag: &str, kv: &str) -> Result<(String, String), String> {
+    kv.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .ok_or_else(|| format!("{flag} {kv:?} must be key=value"))
 }
 
 pub fn main(cli: Cli) -> ExitCode {

@@ -38,75 +38,17 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
         tracing::error!(chart = %settings.chart_path.display(), "the chart is missing; set HELM_CHART_PATH");
         return Err(ExitCode::from(1));
     }
-    let key = crate::ops::digest_key::load_or_create(&client, &settings.operator_namespace)
-        .await
-        .map_err(|e| fail(1, "cannot load the operator's digest key", e))?;
-    settings.digest_key = crate::settings::DigestKey(key.into());
-    // The host-directory admission policy's parameter: until it is written,
-    // the apiserver refuses hostPath pods in approved namespaces.
-    crate::platform::admission::write_param(&client, &settings.operator_namespace, &settings.hostpath_allowed_prefixes)
-        .await
-        .map_err(|e| {
-            fail(1, "cannot write ConfigMap tinycode-host-paths (the host-directory admission policy's parameter)", e)
-        })?;
-    settings.platform = crate::platform::detect(&client, settings.platform_choice)
-        .await
-        .map_err(|e| fail(1, "cannot read API discovery to tell OpenShift from Kubernetes; set --platform", e))?;
-    let p = settings.platform;
-    tracing::info!(platform = p.name(), routes = p.routes, sccs = p.sccs, "platform");
+    prepare_cluster(&client, &mut settings).await?;
     let metrics = Arc::new(Metrics::new());
-    metrics.platform(p.name());
+    metrics.platform(settings.platform.name());
     let health = Arc::new(HealthState::default());
     health.alive.store(true, Ordering::Relaxed);
-    let gate = match args.metrics_auth {
-        MetricsAuth::Rbac => Some(Arc::new(Gate::kube(client.clone()))),
-        MetricsAuth::None => {
-            tracing::warn!(
-                addr = %args.metrics_addr,
-                "--metrics-auth none: /metrics answers anyone who reaches its port, without authentication"
-            );
-            None
-        }
-    };
-    crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone(), gate)
-        .await
-        .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
-    if let Some(oidc) = settings.signin.oidc.clone() {
-        let provider = crate::ops::oidc::Provider::new(oidc);
-        tracing::info!(addr = %args.oidc_relay_addr, issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
-        let relay = crate::ops::oidc::Relay::new(
-            provider,
-            Arc::new(crate::ops::oidc::CachedInstances::start(&client, &settings.watch_scope)),
-            Arc::new(crate::ops::oidc::KubeAccessReviews { client: client.clone() }),
-        );
-        let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
-            .await
-            .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;
-        tokio::spawn(crate::ops::http_server::serve(
-            listener,
-            crate::ops::oidc::relay_router(relay),
-            crate::ops::oidc::RELAY_LIMITS,
-        ));
-    }
+    serve_beside(&args, &client, &settings, &health, &metrics).await?;
     // One shutdown signal for everything: SIGTERM/SIGINT, or a changed platform.
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     on_signal(stop_tx.clone());
-    let helm = Helm::new(
-        settings.helm_bin.clone(),
-        settings.chart_path.clone(),
-        settings.helm_timeout,
-        stop_rx.clone(),
-        metrics.clone(),
-    )
-    .map_err(|e| fail(1, "cannot create helm's working directory", e))?
-    .with_record_lookup(client.clone());
-    // Once, before standing by for the lease: a helm the operator cannot run
-    // stops every replica here, not at the first instance.
-    let printed = helm.version().await.map_err(|e| fail(1, "cannot ask helm its version; set HELM_BIN", e))?;
-    let helm_version = crate::helm::version::check(&settings.helm_bin.display().to_string(), &printed)
-        .map_err(|e| fail(1, "helm is a version the operator cannot run", e))?;
-    tracing::info!(helm = %helm_version, bin = %settings.helm_bin.display(), "helm");
+    let helm = start_helm(&settings, &client, stop_rx.clone(), &metrics).await?;
 
     let elector = args.leader_elect.then(|| {
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
@@ -141,6 +83,89 @@ async fn run_async(mut settings: Settings, args: RunArgs) -> Result<ExitCode, Fa
     }
     tracing::info!("tinycode-operator stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the operator keeps on the cluster before it reconciles anything:
+/// its digest key, the host-directory admission policy's parameter, and the
+/// platform it runs on.
+async fn prepare_cluster(client: &kube::Client, settings: &mut Settings) -> Result<(), Fail> {
+    let key = crate::ops::digest_key::load_or_create(client, &settings.operator_namespace)
+        .await
+        .map_err(|e| fail(1, "cannot load the operator's digest key", e))?;
+    settings.digest_key = crate::settings::DigestKey(key.into());
+    // Until it is written, the apiserver refuses hostPath pods in approved namespaces.
+    crate::platform::admission::write_param(client, &settings.operator_namespace, &settings.hostpath_allowed_prefixes)
+        .await
+        .map_err(|e| {
+            fail(1, "cannot write ConfigMap tinycode-host-paths (the host-directory admission policy's parameter)", e)
+        })?;
+    settings.platform = crate::platform::detect(client, settings.platform_choice)
+        .await
+        .map_err(|e| fail(1, "cannot read API discovery to tell OpenShift from Kubernetes; set --platform", e))?;
+    let p = settings.platform;
+    tracing::info!(platform = p.name(), routes = p.routes, sccs = p.sccs, "platform");
+    Ok(())
+}
+
+/// What every replica serves, leader or not: health, metrics and the OIDC
+/// sign-in relay.
+async fn serve_beside(
+    args: &RunArgs,
+    client: &kube::Client,
+    settings: &Settings,
+    health: &Arc<HealthState>,
+    metrics: &Arc<Metrics>,
+) -> Result<(), Fail> {
+    let gate = match args.metrics_auth {
+        MetricsAuth::Rbac => Some(Arc::new(Gate::kube(client.clone()))),
+        MetricsAuth::None => {
+            tracing::warn!(
+                addr = %args.metrics_addr,
+                "--metrics-auth none: /metrics answers anyone who reaches its port, without authentication"
+            );
+            None
+        }
+    };
+    crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone(), gate)
+        .await
+        .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
+    let Some(oidc) = settings.signin.oidc.clone() else { return Ok(()) };
+    let provider = crate::ops::oidc::Provider::new(oidc);
+    tracing::info!(addr = %args.oidc_relay_addr, issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
+    let relay = crate::ops::oidc::Relay::new(
+        provider,
+        Arc::new(crate::ops::oidc::CachedInstances::start(client, &settings.watch_scope)),
+        Arc::new(crate::ops::oidc::KubeAccessReviews { client: client.clone() }),
+    );
+    let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
+        .await
+        .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;
+    tokio::spawn(crate::ops::http_server::serve(
+        listener,
+        crate::ops::oidc::relay_router(relay),
+        crate::ops::oidc::RELAY_LIMITS,
+    ));
+    Ok(())
+}
+
+/// Helm, asked its version once, before standing by for the lease: a helm
+/// the operator cannot run stops every replica here, not at the first
+/// instance.
+async fn start_helm(
+    settings: &Settings,
+    client: &kube::Client,
+    stop: watch::Receiver<bool>,
+    metrics: &Arc<Metrics>,
+) -> Result<Helm, Fail> {
+    let helm =
+        Helm::new(settings.helm_bin.clone(), settings.chart_path.clone(), settings.helm_timeout, stop, metrics.clone())
+            .map_err(|e| fail(1, "cannot create helm's working directory", e))?
+            .with_record_lookup(client.clone());
+    let printed = helm.version().await.map_err(|e| fail(1, "cannot ask helm its version; set HELM_BIN", e))?;
+    let helm_version = crate::helm::version::check(&settings.helm_bin.display().to_string(), &printed)
+        .map_err(|e| fail(1, "helm is a version the operator cannot run", e))?;
+    tracing::info!(helm = %helm_version, bin = %settings.helm_bin.display(), "helm");
+    Ok(helm)
 }
 
 /// Runs the controller, under the lease when there is one. On a loss

@@ -17,29 +17,32 @@ pub fn command(
     class: Option<&PathBuf>,
     settings: &Settings,
 ) -> ExitCode {
-    let inst = match read_instance(file, namespace) {
-        Ok(inst) => inst,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
+    match render(file, namespace, offline, class, settings) {
+        Ok(out) => {
+            println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+            ExitCode::SUCCESS
         }
-    };
-    let class = match class.map(|c| read_class(c, &inst)).transpose() {
-        Ok(class) => class,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
+        Err((code, message)) => {
+            eprintln!("{message}");
+            ExitCode::from(code)
         }
-    };
+    }
+}
+
+/// The controller's own stages, on what can be known without a cluster; an
+/// error is the exit code (2: unreadable input, 1: refused) and the message.
+fn render(
+    file: &PathBuf,
+    namespace: Option<String>,
+    offline: bool,
+    class: Option<&PathBuf>,
+    settings: &Settings,
+) -> Result<serde_json::Value, (u8, String)> {
+    let inst = read_instance(file, namespace).map_err(|m| (2, format!("error: {m}")))?;
+    let class = class.map(|c| read_class(c, &inst)).transpose().map_err(|m| (2, format!("error: {m}")))?;
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
-    let warnings = match crate::reconcile::validate::spec_rules(&inst, settings) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("invalid spec: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    // The controller's own stages, on what can be known without a cluster.
+    let warnings =
+        crate::reconcile::validate::spec_rules(&inst, settings).map_err(|e| (1, format!("invalid spec: {e}")))?;
     let providers = if offline {
         Vec::new()
     } else {
@@ -49,24 +52,18 @@ pub fn command(
         runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets))
     };
     let mut observed = crate::reconcile::observe::Observed::assumed(providers);
-    let mut class_warning = None;
-    match class {
+    let class_warning = match class {
         Some(c) => {
-            observed.class = crate::reconcile::policy::choose(inst.spec.class_name.as_deref(), &[std::sync::Arc::new(c)])
+            observed.class =
+                crate::reconcile::policy::choose(inst.spec.class_name.as_deref(), &[std::sync::Arc::new(c)]);
+            None
         }
-        None => {
-            class_warning = inst.spec.class_name.as_ref().map(|name| {
-                format!("spec.className {name}: its limits are not checked; pass --class <file> with the TinycodeClass to check them")
-            })
-        }
-    }
-    let valid = match crate::reconcile::validate::validate(&observed, &inst, settings, warnings) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {}", e.message);
-            return ExitCode::from(1);
-        }
+        None => inst.spec.class_name.as_ref().map(|name| {
+            format!("spec.className {name}: its limits are not checked; pass --class <file> with the TinycodeClass to check them")
+        }),
     };
+    let valid = crate::reconcile::validate::validate(&observed, &inst, settings, warnings)
+        .map_err(|e| (1, format!("error: {}", e.message)))?;
     let plan = crate::reconcile::plan::plan(&valid, &observed, settings);
     let mut warnings = valid.warnings.clone();
     for c in plan.conditions.iter().filter(|_| !offline) {
@@ -79,7 +76,7 @@ pub fn command(
     warnings.extend(valid.pending_approvals.iter().cloned());
     warnings.extend(class_warning);
     let generated = valid.spec.auth.password_secret.as_deref().is_none_or(str::is_empty);
-    let out = json!({
+    Ok(json!({
         "release": plan.release_name,
         "releaseNamespace": settings.operator_namespace,
         "namespace": ns,
@@ -88,9 +85,7 @@ pub fn command(
         "password": {"secret": plan.values.auth.password_secret, "key": crate::reconcile::marks::PASSWORD_KEY, "generated": generated},
         "values": plan.values,
         "warnings": warnings,
-    });
-    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
-    ExitCode::SUCCESS
+    }))
 }
 
 /// The instance in `file` (`-`: stdin), its namespace set.

@@ -5,7 +5,7 @@
 //! stopped progressing; the pods say what the scheduler and the kubelet met.
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
-use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodCondition, PodSpec};
 
 /// What keeps an instance from Running, as its Ready condition's reason.
 /// Among the pods' causes (the first four) the first declared wins, so
@@ -186,8 +186,9 @@ fn replica_failure(deployment: Option<&Deployment>, cli: &str) -> Option<(Reason
     Some((Reason::QuotaExceeded, message))
 }
 
+/// What keeps a pod from running, by precedence: a pull that fails, then
+/// scheduling (a volume not bound, else no node), then a crash loop.
 fn pod_cause(pod: &Pod, pvcs: &[PersistentVolumeClaim], cli: &str) -> Option<(Reason, String)> {
-    let (ns, name) = (namespace(&pod.metadata), name(&pod.metadata));
     let spec = pod.spec.as_ref()?;
     let status = pod.status.as_ref()?;
     let statuses: Vec<(&str, &ContainerStatus)> = status
@@ -197,99 +198,106 @@ fn pod_cause(pod: &Pod, pvcs: &[PersistentVolumeClaim], cli: &str) -> Option<(Re
         .map(|cs| ("init container", cs))
         .chain(status.container_statuses.iter().flatten().map(|cs| ("container", cs)))
         .collect();
+    let name = name(&pod.metadata);
+    statuses
+        .iter()
+        .find_map(|(kind, cs)| pull_failure(spec, name, kind, cs))
+        .or_else(|| unschedulable(pod).map(|c| scheduling_failure(pod, c, pvcs, cli)))
+        .or_else(|| statuses.iter().find_map(|(kind, cs)| crash_loop(pod, kind, cs, cli)))
+}
 
-    for (kind, cs) in &statuses {
-        let Some(waiting) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
-        let reason = waiting.reason.as_deref().unwrap_or_default();
-        if !matches!(reason, "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull") {
+fn pull_failure(spec: &PodSpec, name: &str, kind: &str, cs: &ContainerStatus) -> Option<(Reason, String)> {
+    let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref())?;
+    let reason = waiting.reason.as_deref().unwrap_or_default();
+    if !matches!(reason, "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull") {
+        return None;
+    }
+    // The spec's image is what the kubelet tries; the status may lag.
+    let image = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| c.name == cs.name)
+        .and_then(|c| c.image.clone())
+        .unwrap_or_else(|| cs.image.clone());
+    let secrets: Vec<&str> = spec.image_pull_secrets.iter().flatten().map(|s| s.name.as_str()).collect();
+    let used = if secrets.is_empty() {
+        "no pull secret was used (spec.imagePullSecrets names none)".to_string()
+    } else {
+        format!("pull secrets used: {} (check they hold this registry's credentials)", secrets.join(", "))
+    };
+    let message = format!(
+        "{kind} {} of pod {name} cannot pull image {image}: {reason}: {}; {used}; fix spec.image, or name the registry's Secret in spec.imagePullSecrets",
+        cs.name,
+        quote(waiting.message.as_deref().unwrap_or_default())
+    );
+    Some((Reason::ImagePullFailed, message))
+}
+
+fn scheduling_failure(pod: &Pod, c: &PodCondition, pvcs: &[PersistentVolumeClaim], cli: &str) -> (Reason, String) {
+    let (ns, name) = (namespace(&pod.metadata), name(&pod.metadata));
+    let said = c.message.as_deref().unwrap_or_default();
+    // A claim that waits for its first consumer is Pending because the pod
+    // has no node yet: only when the scheduler blames a volume is one the
+    // cause. A claim not read (missing, or the read failed) is left to
+    // the scheduler's own words.
+    let blamed = claims(pod).filter(|_| blames_volumes(said));
+    for claim in blamed {
+        let Some(pvc) = pvcs.iter().find(|p| p.metadata.name.as_deref() == Some(claim)) else { continue };
+        let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+        if phase == "Bound" {
             continue;
         }
-        // The spec's image is what the kubelet tries; the status may lag.
-        let image = spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(&spec.containers)
-            .find(|c| c.name == cs.name)
-            .and_then(|c| c.image.clone())
-            .unwrap_or_else(|| cs.image.clone());
-        let secrets: Vec<&str> = spec.image_pull_secrets.iter().flatten().map(|s| s.name.as_str()).collect();
-        let used = if secrets.is_empty() {
-            "no pull secret was used (spec.imagePullSecrets names none)".to_string()
-        } else {
-            format!("pull secrets used: {} (check they hold this registry's credentials)", secrets.join(", "))
+        let class = match pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) {
+            None => "the cluster's default StorageClass".to_string(),
+            Some("") => "no StorageClass (storageClassName \"\": only a matching PersistentVolume binds it)".into(),
+            Some(c) => format!("StorageClass {c}"),
         };
         let message = format!(
-            "{kind} {} of pod {name} cannot pull image {image}: {reason}: {}; {used}; fix spec.image, or name the registry's Secret in spec.imagePullSecrets",
-            cs.name,
-            quote(waiting.message.as_deref().unwrap_or_default())
+            "PersistentVolumeClaim {claim} is {phase}, not Bound, so pod {name} cannot be scheduled: no volume came from {class}; check that the StorageClass exists and its provisioner runs (`{cli} describe pvc -n {ns} {claim}`), or set spec.storage.storageClassName"
         );
-        return Some((Reason::ImagePullFailed, message));
+        return (Reason::VolumeNotBound, message);
     }
+    let message = format!(
+        "no node can run pod {name}: {}; check spec.nodeSelector, spec.tolerations and spec.resources against the cluster's nodes",
+        quote(said)
+    );
+    (Reason::PodUnschedulable, message)
+}
 
-    if let Some(c) = unschedulable(pod) {
-        let said = c.message.as_deref().unwrap_or_default();
-        // A claim that waits for its first consumer is Pending because the pod
-        // has no node yet: only when the scheduler blames a volume is one the
-        // cause. A claim not read (missing, or the read failed) is left to
-        // the scheduler's own words.
-        let blamed = claims(pod).filter(|_| blames_volumes(said));
-        for claim in blamed {
-            let Some(pvc) = pvcs.iter().find(|p| p.metadata.name.as_deref() == Some(claim)) else { continue };
-            let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
-            if phase == "Bound" {
-                continue;
-            }
-            let class = match pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) {
-                None => "the cluster's default StorageClass".to_string(),
-                Some("") => "no StorageClass (storageClassName \"\": only a matching PersistentVolume binds it)".into(),
-                Some(c) => format!("StorageClass {c}"),
-            };
-            let message = format!(
-                "PersistentVolumeClaim {claim} is {phase}, not Bound, so pod {name} cannot be scheduled: no volume came from {class}; check that the StorageClass exists and its provisioner runs (`{cli} describe pvc -n {ns} {claim}`), or set spec.storage.storageClassName"
-            );
-            return Some((Reason::VolumeNotBound, message));
-        }
-        let message = format!(
-            "no node can run pod {name}: {}; check spec.nodeSelector, spec.tolerations and spec.resources against the cluster's nodes",
-            quote(said)
-        );
-        return Some((Reason::PodUnschedulable, message));
+fn crash_loop(pod: &Pod, kind: &str, cs: &ContainerStatus, cli: &str) -> Option<(Reason, String)> {
+    let (ns, name) = (namespace(&pod.metadata), name(&pod.metadata));
+    let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref());
+    let looping = waiting.and_then(|w| w.reason.as_deref()) == Some("CrashLoopBackOff");
+    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+    // Between back-offs a looping container runs again briefly: its
+    // restarts and last exit still say what it does.
+    if !(looping || (cs.restart_count >= 2 && !cs.ready && last.is_some())) {
+        return None;
     }
-
-    for (kind, cs) in &statuses {
-        let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref());
-        let looping = waiting.and_then(|w| w.reason.as_deref()) == Some("CrashLoopBackOff");
-        let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
-        // Between back-offs a looping container runs again briefly: its
-        // restarts and last exit still say what it does.
-        if !(looping || (cs.restart_count >= 2 && !cs.ready && last.is_some())) {
-            continue;
-        }
-        let exit = match last {
-            Some(t) => format!(
-                "its last run exited with code {}{}{}",
-                t.exit_code,
-                t.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
-                if t.reason.as_deref() == Some("OOMKilled") { ": raise spec.resources.limits.memory" } else { "" }
-            ),
-            None => "it keeps exiting".to_string(),
-        };
-        // Its last words, when the pod keeps them (terminationMessagePolicy
-        // FallbackToLogsOnError: the log's tail); the last line says most.
-        let said = last
-            .and_then(|t| t.message.as_deref())
-            .and_then(|m| m.lines().rev().find(|l| !l.trim().is_empty()))
-            .map(|l| format!(" (it said: {})", quote(l)))
-            .unwrap_or_default();
-        let exit = exit + &said;
-        let message = format!(
-            "{kind} {} of pod {name} keeps crashing ({} restarts); {exit}; see `{cli} logs -n {ns} {name} -c {} --previous`",
-            cs.name, cs.restart_count, cs.name
-        );
-        return Some((Reason::CrashLoop, message));
-    }
-    None
+    let exit = match last {
+        Some(t) => format!(
+            "its last run exited with code {}{}{}",
+            t.exit_code,
+            t.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
+            if t.reason.as_deref() == Some("OOMKilled") { ": raise spec.resources.limits.memory" } else { "" }
+        ),
+        None => "it keeps exiting".to_string(),
+    };
+    // Its last words, when the pod keeps them (terminationMessagePolicy
+    // FallbackToLogsOnError: the log's tail); the last line says most.
+    let said = last
+        .and_then(|t| t.message.as_deref())
+        .and_then(|m| m.lines().rev().find(|l| !l.trim().is_empty()))
+        .map(|l| format!(" (it said: {})", quote(l)))
+        .unwrap_or_default();
+    let exit = exit + &said;
+    let message = format!(
+        "{kind} {} of pod {name} keeps crashing ({} restarts); {exit}; see `{cli} logs -n {ns} {name} -c {} --previous`",
+        cs.name, cs.restart_count, cs.name
+    );
+    Some((Reason::CrashLoop, message))
 }
 
 fn unschedulable(pod: &Pod) -> Option<&PodCondition> {

@@ -282,7 +282,22 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         }
     }
     let phase = st.phase.unwrap_or(Phase::Deploying);
+    announce(ctx, inst, &plan, &st).await;
+    status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
+    ctx.metrics.phase(&instance_key(inst), Some(phase));
+    let settled = matches!(phase, Phase::Running | Phase::Stopped);
+    Ok(Action::requeue(match (settled, diagnosed) {
+        (true, _) => RESYNC_RUNNING,
+        (false, true) => RESYNC_DIAGNOSED,
+        (false, false) => RESYNC_DEPLOYING,
+    }))
+}
+
+/// Normal events for what the user sees change: running, stopped for
+/// idleness or by spec.stopped, started again.
+async fn announce(ctx: &Context, inst: &TinycodeInstance, plan: &plan::Plan, st: &crate::api::TinycodeInstanceStatus) {
     let before = inst.status.as_ref().and_then(|s| s.phase);
+    let phase = st.phase.unwrap_or(Phase::Deploying);
     if before != Some(Phase::Running) && phase == Phase::Running {
         let note = format!("tinycode is running{}", st.url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default());
         ctx.event(inst, EventType::Normal, "Running", "Reconcile", note).await;
@@ -310,14 +325,6 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         }
         None => {}
     }
-    status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
-    ctx.metrics.phase(&instance_key(inst), Some(phase));
-    let settled = matches!(phase, Phase::Running | Phase::Stopped);
-    Ok(Action::requeue(match (settled, diagnosed) {
-        (true, _) => RESYNC_RUNNING,
-        (false, true) => RESYNC_DIAGNOSED,
-        (false, false) => RESYNC_DEPLOYING,
-    }))
 }
 
 /// `spec.suspend`: what runs stays as it is (unless required idle stop stops

@@ -135,7 +135,8 @@ fn uncapped_by_default(resource: &str) -> bool {
 }
 
 /// Applies `choice` to `spec`. `rank` is how many older instances of the
-/// same class live in the namespace.
+/// same class live in the namespace. Every check below runs, so the refusal
+/// names every field beyond the class at once.
 pub fn apply(
     choice: &Choice,
     spec: &TinycodeInstanceSpec,
@@ -164,81 +165,13 @@ pub fn apply(
             }]);
         }
     };
-    let mut out = Vec::new();
-    let mut exceeds = |field: &str, message: String| out.push(Exceeds { field: field.into(), message });
-    let of = format!("class {name:?}");
+    let mut check = Check { of: format!("class {name:?}"), out: Vec::new() };
     let mut effective = spec.clone();
     let mut warnings: Vec<String> = warning.into_iter().collect();
-
-    // Image: the tenant's own only where the class allows it.
-    let image = match (&spec.image, &class.image) {
-        (Some(own), Some(fixed)) if class.allow_custom_image == Some(false) && own != fixed => {
-            exceeds(
-                "spec.image",
-                format!("{of} runs only its image {fixed} (allowCustomImage: false); remove spec.image"),
-            );
-            fixed.clone()
-        }
-        (Some(own), None) if class.allow_custom_image == Some(false) => {
-            exceeds("spec.image", format!("{of} allows no custom image (allowCustomImage: false); remove spec.image"));
-            own.clone()
-        }
-        (Some(own), _) => own.clone(),
-        (None, Some(image)) => image.clone(),
-        (None, None) => DEFAULT_IMAGE.to_string(),
-    };
-    if spec.image.is_none() {
-        crate::reconcile::rules::checks::image(&image, "spec.image", settings, &mut |field, message| {
-            exceeds(field, format!("the image {of} gives ({message}); a cluster-admin fixes the class's image"))
-        });
-    }
-    effective.image = Some(image);
-
-    // Modes.
-    for mode in Mode::ALL {
-        if uses(spec, mode) && !permits(Some(class), mode) {
-            let allowed: Vec<&str> = class.permitted_modes.iter().flatten().map(|m| m.as_str()).collect();
-            exceeds(
-                mode.field(),
-                format!(
-                    "{of} does not permit the {} mode (permittedModes: [{}]); turn it off or use a class that permits it",
-                    mode.as_str(),
-                    allowed.join(", ")
-                ),
-            );
-        }
-    }
-
-    // The tinycode container: defaults, then the cap.
+    effective.image = Some(check.image(spec, class, settings));
+    check.modes(spec, class);
     let tinycode = class.tinycode.clone().unwrap_or_default();
-    let defaults = tinycode.defaults.clone().unwrap_or_default();
-    let resources = match &spec.resources {
-        Some(own) => own.clone(),
-        None => {
-            let mut r = Resources::default();
-            let pick = |map: &ResourceMap, key: &str, fallback: &str| map.get(key).cloned().unwrap_or(fallback.into());
-            r.limits.cpu = pick(&defaults.limits, "cpu", &r.limits.cpu);
-            r.limits.memory = pick(&defaults.limits, "memory", &r.limits.memory);
-            r.requests.cpu = pick(&defaults.requests, "cpu", &r.requests.cpu);
-            r.requests.memory = pick(&defaults.requests, "memory", &r.requests.memory);
-            r
-        }
-    };
-    // cpu and memory went into `resources`; the rest (GPUs) rides along.
-    let beyond = |map: &ResourceMap| -> ResourceMap {
-        map.iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "cpu" | "memory"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
-    let extended = ResourceLists { requests: beyond(&defaults.requests), limits: beyond(&defaults.limits) };
-    let mut all = extended.clone();
-    for (kind, amounts) in [("requests", &resources.requests), ("limits", &resources.limits)] {
-        let map = if kind == "requests" { &mut all.requests } else { &mut all.limits };
-        map.insert("cpu".into(), amounts.cpu.clone());
-        map.insert("memory".into(), amounts.memory.clone());
-    }
-    cap("spec.resources", &all, &tinycode, &format!("{of} (tinycode.max)"), &mut exceeds);
+    let (resources, extended) = check.tinycode_resources(spec, &tinycode);
     effective.resources = Some(resources);
     merge_placement(
         &mut effective.node_selector,
@@ -247,17 +180,9 @@ pub fn apply(
         &mut warnings,
         "spec.nodeSelector",
     );
-
-    // The bundled Ollama.
     let ollama = class.ollama.clone().unwrap_or_default();
     if spec.ollama.enabled {
-        let mut lists = match &spec.ollama.resources {
-            Some(own) => own.clone(),
-            None => ollama.defaults.clone().unwrap_or_default(),
-        };
-        bound_limits(&mut lists, &ollama);
-        cap("spec.ollama.resources", &lists, &ollama, &format!("{of} (ollama.max)"), &mut exceeds);
-        effective.ollama.resources = (!lists.requests.is_empty() || !lists.limits.is_empty()).then_some(lists);
+        effective.ollama.resources = check.ollama_resources(spec, &ollama);
         merge_placement(
             &mut effective.ollama.node_selector,
             &mut effective.ollama.tolerations,
@@ -266,9 +191,146 @@ pub fn apply(
             "spec.ollama.nodeSelector",
         );
     }
+    check.storage(spec, class);
+    check.counts(spec, class, rank);
+    // Pull secrets: the spec's, then the class's.
+    for s in &class.image_pull_secrets {
+        if !effective.image_pull_secrets.contains(s) {
+            effective.image_pull_secrets.push(SecretName { name: s.name.clone() });
+        }
+    }
+    if !check.out.is_empty() {
+        return Err(check.out);
+    }
+    Ok(Applied {
+        spec: effective,
+        from_class: FromClass {
+            name: Some(name.to_string()),
+            tinycode_extended: extended,
+            runtime_class_name: tinycode.runtime_class_name.clone(),
+            ollama_runtime_class_name: ollama.runtime_class_name.clone(),
+        },
+        idle: idle_settings(class.idle.as_ref(), &settings.idle),
+        warnings,
+    })
+}
 
-    // Storage.
-    if let Some(storage) = &class.storage {
+/// The checks of one spec against one class, collecting what is beyond it.
+struct Check {
+    /// `class "<name>"`, for messages.
+    of: String,
+    out: Vec<Exceeds>,
+}
+
+impl Check {
+    fn exceeds(&mut self, field: &str, message: String) {
+        self.out.push(Exceeds { field: field.into(), message });
+    }
+
+    /// The image that runs: the tenant's own only where the class allows it.
+    fn image(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec, settings: &Settings) -> String {
+        let of = self.of.clone();
+        let image = match (&spec.image, &class.image) {
+            (Some(own), Some(fixed)) if class.allow_custom_image == Some(false) && own != fixed => {
+                self.exceeds(
+                    "spec.image",
+                    format!("{of} runs only its image {fixed} (allowCustomImage: false); remove spec.image"),
+                );
+                fixed.clone()
+            }
+            (Some(own), None) if class.allow_custom_image == Some(false) => {
+                self.exceeds(
+                    "spec.image",
+                    format!("{of} allows no custom image (allowCustomImage: false); remove spec.image"),
+                );
+                own.clone()
+            }
+            (Some(own), _) => own.clone(),
+            (None, Some(image)) => image.clone(),
+            (None, None) => DEFAULT_IMAGE.to_string(),
+        };
+        if spec.image.is_none() {
+            crate::reconcile::rules::checks::image(&image, "spec.image", settings, &mut |field, message| {
+                self.exceeds(
+                    field,
+                    format!("the image {of} gives ({message}); a cluster-admin fixes the class's image"),
+                )
+            });
+        }
+        image
+    }
+
+    fn modes(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec) {
+        for mode in Mode::ALL {
+            if uses(spec, mode) && !permits(Some(class), mode) {
+                let allowed: Vec<&str> = class.permitted_modes.iter().flatten().map(|m| m.as_str()).collect();
+                let message = format!(
+                    "{} does not permit the {} mode (permittedModes: [{}]); turn it off or use a class that permits it",
+                    self.of,
+                    mode.as_str(),
+                    allowed.join(", ")
+                );
+                self.exceeds(mode.field(), message);
+            }
+        }
+    }
+
+    /// The tinycode container's cpu and memory (the spec's, else the class's
+    /// defaults) and the extended resources (GPUs) the class's defaults add,
+    /// all under the class's `tinycode.max`.
+    fn tinycode_resources(
+        &mut self,
+        spec: &TinycodeInstanceSpec,
+        tinycode: &WorkloadPolicy,
+    ) -> (Resources, ResourceLists) {
+        let defaults = tinycode.defaults.clone().unwrap_or_default();
+        let resources = match &spec.resources {
+            Some(own) => own.clone(),
+            None => {
+                let mut r = Resources::default();
+                let pick =
+                    |map: &ResourceMap, key: &str, fallback: &str| map.get(key).cloned().unwrap_or(fallback.into());
+                r.limits.cpu = pick(&defaults.limits, "cpu", &r.limits.cpu);
+                r.limits.memory = pick(&defaults.limits, "memory", &r.limits.memory);
+                r.requests.cpu = pick(&defaults.requests, "cpu", &r.requests.cpu);
+                r.requests.memory = pick(&defaults.requests, "memory", &r.requests.memory);
+                r
+            }
+        };
+        // cpu and memory went into `resources`; the rest (GPUs) rides along.
+        let beyond = |map: &ResourceMap| -> ResourceMap {
+            map.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "cpu" | "memory"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let extended = ResourceLists { requests: beyond(&defaults.requests), limits: beyond(&defaults.limits) };
+        let mut all = extended.clone();
+        for (map, amounts) in [(&mut all.requests, &resources.requests), (&mut all.limits, &resources.limits)] {
+            map.insert("cpu".into(), amounts.cpu.clone());
+            map.insert("memory".into(), amounts.memory.clone());
+        }
+        let of = format!("{} (tinycode.max)", self.of);
+        cap("spec.resources", &all, tinycode, &of, &mut |f, m| self.exceeds(f, m));
+        (resources, extended)
+    }
+
+    /// The bundled Ollama's resources: the spec's, else the class's
+    /// defaults, bounded and under the class's `ollama.max`.
+    fn ollama_resources(&mut self, spec: &TinycodeInstanceSpec, ollama: &WorkloadPolicy) -> Option<ResourceLists> {
+        let mut lists = match &spec.ollama.resources {
+            Some(own) => own.clone(),
+            None => ollama.defaults.clone().unwrap_or_default(),
+        };
+        bound_limits(&mut lists, ollama);
+        let of = format!("{} (ollama.max)", self.of);
+        cap("spec.ollama.resources", &lists, ollama, &of, &mut |f, m| self.exceeds(f, m));
+        (!lists.requests.is_empty() || !lists.limits.is_empty()).then_some(lists)
+    }
+
+    fn storage(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec) {
+        let Some(storage) = &class.storage else { return };
+        let of = self.of.clone();
         for (field, asked, max, key) in [
             ("spec.storage.dataSize", &spec.storage.data_size, &storage.max_data_size, "maxDataSize"),
             ("spec.storage.projectsSize", &spec.storage.projects_size, &storage.max_projects_size, "maxProjectsSize"),
@@ -277,13 +339,16 @@ pub fn apply(
                 && let (Some(a), Some(m)) = (parse_quantity(asked), parse_quantity(max))
                 && a > m
             {
-                exceeds(field, format!("{asked} exceeds {max}, the most {of} allows (storage.{key}); ask for less"));
+                self.exceeds(
+                    field,
+                    format!("{asked} exceeds {max}, the most {of} allows (storage.{key}); ask for less"),
+                );
             }
         }
         if let Some(allowed) = &storage.allowed_storage_classes {
             match &spec.storage.storage_class_name {
                 Some(sc) if allowed.contains(sc) => {}
-                other => exceeds(
+                other => self.exceeds(
                     "spec.storage.storageClassName",
                     format!(
                         "{} is not one of the StorageClasses {of} allows ({}); set spec.storage.storageClassName to one of them",
@@ -298,52 +363,32 @@ pub fn apply(
         }
     }
 
-    // Replicas: every cap is per pod.
-    if let Some(most) = max_replicas(class)
-        && spec.replicas > most
-    {
-        exceeds(
-            "spec.replicas",
-            format!(
-                "{} pods exceed {most}, the most {of} allows per instance (maxReplicas; each pod gets up to tinycode.max); ask for fewer",
-                spec.replicas
-            ),
-        );
-    }
-
-    // Instances per namespace: the oldest keep running.
-    if let Some(max) = class.max_instances_per_namespace
-        && rank >= max.max(0) as usize
-    {
-        exceeds(
-            "spec.className",
-            format!(
-                "the namespace already runs {rank} instances of {of}, the most it allows per namespace (maxInstancesPerNamespace: {max}); delete one or use another class"
-            ),
-        );
-    }
-
-    // Pull secrets: the spec's, then the class's.
-    for s in &class.image_pull_secrets {
-        if !effective.image_pull_secrets.contains(s) {
-            effective.image_pull_secrets.push(SecretName { name: s.name.clone() });
+    /// Pods per instance (every cap is per pod) and instances per namespace
+    /// (the oldest keep running).
+    fn counts(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec, rank: usize) {
+        let of = self.of.clone();
+        if let Some(most) = max_replicas(class)
+            && spec.replicas > most
+        {
+            self.exceeds(
+                "spec.replicas",
+                format!(
+                    "{} pods exceed {most}, the most {of} allows per instance (maxReplicas; each pod gets up to tinycode.max); ask for fewer",
+                    spec.replicas
+                ),
+            );
+        }
+        if let Some(max) = class.max_instances_per_namespace
+            && rank >= max.max(0) as usize
+        {
+            self.exceeds(
+                "spec.className",
+                format!(
+                    "the namespace already runs {rank} instances of {of}, the most it allows per namespace (maxInstancesPerNamespace: {max}); delete one or use another class"
+                ),
+            );
         }
     }
-
-    if !out.is_empty() {
-        return Err(out);
-    }
-    Ok(Applied {
-        spec: effective,
-        from_class: FromClass {
-            name: Some(name.to_string()),
-            tinycode_extended: extended,
-            runtime_class_name: tinycode.runtime_class_name.clone(),
-            ollama_runtime_class_name: ollama.runtime_class_name.clone(),
-        },
-        idle: idle_settings(class.idle.as_ref(), &settings.idle),
-        warnings,
-    })
 }
 
 /// The most tinycode pods a class allows an instance: its `maxReplicas`,

@@ -394,28 +394,7 @@ pub fn start(
         c = c.owns_stream(relevant_owned(s, hash_ingress));
         (None, Some(store))
     };
-    // A namespace's labels are approvals: a change wakes the instances they
-    // concern (its own, and those discovering it), so one taken back is
-    // withdrawn at once whatever state they are in.
-    let waking = instances.clone();
-    c = c.watches_stream(relevant(namespace_events, hash_namespace), move |ns: Meta<Namespace>| {
-        let name = ns.metadata.name.clone().unwrap_or_default();
-        waking.state().iter().filter(|i| concerns(i, &name)).map(|i| ObjectRef::from_obj(&**i)).collect::<Vec<_>>()
-    });
-    // A class is the cluster-admin's policy: a change re-renders (or
-    // refuses) the instances naming it, and those naming none (it may be,
-    // or have been, the default), through the controller's normal queue.
-    let (classes, s) = reflect(cluster_api::<TinycodeClass>(client), any());
-    let waking = instances.clone();
-    c = c.watches_stream(relevant(s, crate::reconcile::triggers::hash_class), move |class: TinycodeClass| {
-        let name = class.metadata.name.clone().unwrap_or_default();
-        waking
-            .state()
-            .iter()
-            .filter(|i| i.spec.class_name.as_deref().is_none_or(|n| n == name))
-            .map(|i| ObjectRef::from_obj(&**i))
-            .collect::<Vec<_>>()
-    });
+    let (classes, c) = wake_on_policy(client, c, &instances, namespace_events, concerns);
     let Cached { namespaces, pvcs, cluster_role_bindings, records, sccs, ingress_classes } = cached;
     let stores = Stores {
         namespaces,
@@ -438,6 +417,40 @@ pub fn start(
         scope: scope.clone(),
     };
     (stores, c)
+}
+
+/// Wakes instances when the cluster-admin's policy changes: namespace
+/// labels (approvals) and classes.
+fn wake_on_policy(
+    client: &Client,
+    c: kube::runtime::Controller<TinycodeInstance>,
+    instances: &Store<TinycodeInstance>,
+    namespace_events: impl EventStream<Meta<Namespace>>,
+    concerns: fn(&TinycodeInstance, &str) -> bool,
+) -> (Store<TinycodeClass>, kube::runtime::Controller<TinycodeInstance>) {
+    // A namespace's labels are approvals: a change wakes the instances they
+    // concern (its own, and those discovering it), so one taken back is
+    // withdrawn at once whatever state they are in.
+    let waking = instances.clone();
+    let c = c.watches_stream(relevant(namespace_events, hash_namespace), move |ns: Meta<Namespace>| {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        waking.state().iter().filter(|i| concerns(i, &name)).map(|i| ObjectRef::from_obj(&**i)).collect::<Vec<_>>()
+    });
+    // A class is the cluster-admin's policy: a change re-renders (or
+    // refuses) the instances naming it, and those naming none (it may be,
+    // or have been, the default), through the controller's normal queue.
+    let (classes, s) = reflect(cluster_api::<TinycodeClass>(client), config());
+    let waking = instances.clone();
+    let c = c.watches_stream(relevant(s, crate::reconcile::triggers::hash_class), move |class: TinycodeClass| {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        waking
+            .state()
+            .iter()
+            .filter(|i| i.spec.class_name.as_deref().is_none_or(|n| n == name))
+            .map(|i| ObjectRef::from_obj(&**i))
+            .collect::<Vec<_>>()
+    });
+    (classes, c)
 }
 
 /// Stores of kinds whose changes wake nobody: read at the next reconcile.

@@ -152,32 +152,7 @@ pub fn validate(
     .map_err(|message| Invalid { reason: Blocked::ClusterRoleNotApproved, message })?;
     let requested: Vec<String> = approval::requested_discovery(spec).cloned().collect();
     let discovery_namespaces = approved_discovery(&ns, spec, &observed.discovery_labelled);
-    if requested.iter().any(|n| *n != ns) {
-        let unprepared = &observed.discovery_unprepared;
-        // Labelled but unprepared namespaces get their own warning below.
-        let mut labelled = observed.discovery_labelled.clone();
-        labelled.extend(unprepared.iter().cloned());
-        let cli = settings.platform.cli();
-        let unlabelled = approval::discovery_namespaces(&requested, &ns, &labelled).1;
-        // Outside the watched namespace a label would change nothing, so
-        // asking a cluster-admin for one would mislead.
-        let (unwatched, unlabelled): (Vec<String>, Vec<String>) =
-            unlabelled.into_iter().partition(|other| !settings.watch_scope.covers(other));
-        warnings.extend(unlabelled.iter().map(|other| approval::not_labelled_warning(cli, other)));
-        warnings.extend(unwatched.iter().map(|other| {
-            format!(
-                "discovery namespace {other} is not searched: the operator watches only {} ({})",
-                settings.watch_scope,
-                crate::watch_scope::FLAG
-            )
-        }));
-        for other in unprepared.iter().filter(|u| requested.iter().any(|r| r == "*" || r == *u)) {
-            warnings.push(format!(
-                "discovery namespace {other} is skipped: the operator is not prepared there (a cluster-admin prepares it with {})",
-                crate::platform::prepare::prepare_commands(cli, other, &settings.operator_namespace, &settings.operator_service_account)
-            ));
-        }
-    }
+    warnings.extend(discovery_warnings(observed, &requested, &ns, settings));
     let mut mounted = Vec::new();
     let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
     let signin = signin(observed, spec, settings, &name, &mut mounted)?;
@@ -219,6 +194,40 @@ pub fn validate(
             settings.platform.cli(),
         ),
     })
+}
+
+/// Warnings for discovery namespaces other than the instance's own that are
+/// not searched: not labelled, not watched, or not prepared.
+fn discovery_warnings(observed: &Observed, requested: &[String], ns: &str, settings: &Settings) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !requested.iter().any(|n| n != ns) {
+        return warnings;
+    }
+    let unprepared = &observed.discovery_unprepared;
+    // Labelled but unprepared namespaces get their own warning below.
+    let mut labelled = observed.discovery_labelled.clone();
+    labelled.extend(unprepared.iter().cloned());
+    let cli = settings.platform.cli();
+    let unlabelled = approval::discovery_namespaces(requested, ns, &labelled).1;
+    // Outside the watched namespace a label would change nothing, so
+    // asking a cluster-admin for one would mislead.
+    let (unwatched, unlabelled): (Vec<String>, Vec<String>) =
+        unlabelled.into_iter().partition(|other| !settings.watch_scope.covers(other));
+    warnings.extend(unlabelled.iter().map(|other| approval::not_labelled_warning(cli, other)));
+    warnings.extend(unwatched.iter().map(|other| {
+        format!(
+            "discovery namespace {other} is not searched: the operator watches only {} ({})",
+            settings.watch_scope,
+            crate::watch_scope::FLAG
+        )
+    }));
+    for other in unprepared.iter().filter(|u| requested.iter().any(|r| r == "*" || r == *u)) {
+        warnings.push(format!(
+            "discovery namespace {other} is skipped: the operator is not prepared there (a cluster-admin prepares it with {})",
+            crate::platform::prepare::prepare_commands(cli, other, &settings.operator_namespace, &settings.operator_service_account)
+        ));
+    }
+    warnings
 }
 
 /// Without a cluster: no gates, nothing approved (what would need approval
