@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
+
 use crate::helm::HelmError;
 use crate::reconcile::reason::Blocked;
 use crate::reconcile::rules::InvalidSpec;
@@ -98,10 +100,21 @@ impl Error {
     }
 }
 
-/// Backoff after `failures` consecutive transient errors: 5 s doubling to 5 min.
+/// Backoff after `failures` consecutive transient errors: 5 s doubling to
+/// 5 min, each delay drawn between half of it and all of it. Without the
+/// jitter, instances that failed together (an apiserver outage) retry
+/// together, in lock-step, at every step.
 pub fn backoff(failures: u32) -> Duration {
-    let secs = 5u64.saturating_mul(1u64 << failures.min(6));
-    Duration::from_secs(secs.min(300))
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(2500))
+        .with_max_delay(Duration::from_secs(150))
+        .with_factor(2.0)
+        // backon's jitter adds up to the delay itself: [d, 2d).
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(failures.min(7) as usize)
+        .unwrap_or(Duration::from_secs(300))
 }
 
 #[cfg(test)]
@@ -109,12 +122,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_and_caps() {
-        assert_eq!(backoff(0), Duration::from_secs(5));
-        assert_eq!(backoff(1), Duration::from_secs(10));
-        assert_eq!(backoff(5), Duration::from_secs(160));
-        assert_eq!(backoff(6), Duration::from_secs(300));
-        assert_eq!(backoff(60), Duration::from_secs(300));
+    fn backoff_doubles_and_caps_within_its_jitter() {
+        for (failures, full) in [(0, 5.0), (1, 10.0), (5, 160.0), (6, 300.0), (60, 300.0)] {
+            for _ in 0..200 {
+                let d = backoff(failures).as_secs_f64();
+                assert!(
+                    (full / 2.0..full).contains(&d),
+                    "after {failures} failures: {d} s, not in [{}, {full})",
+                    full / 2.0
+                );
+            }
+        }
+    }
+
+    /// A thousand instances that failed together do not retry together: their
+    /// delays spread over the jitter's range, at the first step and the last.
+    #[test]
+    fn instances_failing_together_spread_their_retries() {
+        for (failures, half) in [(0u32, 2.5), (6, 150.0)] {
+            let mut delays: Vec<f64> = (0..1000).map(|_| backoff(failures).as_secs_f64()).collect();
+            delays.sort_by(f64::total_cmp);
+            let (p10, p90) = (delays[100], delays[900]);
+            assert!(p90 - p10 > half * 0.6, "after {failures} failures: p10 {p10} s, p90 {p90} s: no spread");
+            // In any tenth of the range, about a tenth of the retries.
+            for k in 0..10 {
+                let lo = half + half * k as f64 / 10.0;
+                let n = delays.iter().filter(|d| (lo..lo + half / 10.0).contains(*d)).count();
+                assert!((50..=150).contains(&n), "after {failures} failures: {n} of 1000 in [{lo}, +{})", half / 10.0);
+            }
+        }
     }
 
     #[test]
