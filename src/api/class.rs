@@ -39,6 +39,8 @@ pub type ResourceMap = BTreeMap<String, String>;
     plural = "tinycodeclasses",
     singular = "tinycodeclass",
     shortname = "tcc",
+    // `kubectl get tinycode-all`: instances and classes together.
+    category = "tinycode-all",
     doc = "A class of tinycode instances a cluster-admin offers: defaults and limits that instances naming it (spec.className) cannot exceed",
     printcolumn(name = "Default", type_ = "boolean", json_path = ".spec.default"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),

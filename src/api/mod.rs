@@ -77,6 +77,8 @@ pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
     singular = "tinycodeinstance",
     shortname = "tinycode",
     shortname = "tc",
+    // `kubectl get tinycode-all`: instances and classes together.
+    category = "tinycode-all",
     namespaced,
     status = "TinycodeInstanceStatus",
     doc = "A tinycode AI coding assistant instance managed by tinycode-operator",

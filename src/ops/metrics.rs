@@ -42,13 +42,20 @@ pub struct PlatformLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabels {
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
 
 fn duration_histogram() -> Histogram {
-    // 10 ms .. ~80 s
-    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+    // 10 ms .. ~330 s: past helm's default timeout (120 s) and the longest a
+    // reconcile waits, so a run that times out lands in a bucket of its own
+    // and not only in +Inf.
+    Histogram::new(exponential_buckets(0.01, 2.0, 16))
 }
 
 /// All metrics, registered once.
@@ -104,6 +111,9 @@ impl Metrics {
             "The platform the operator detected (1 for the one in use)",
             platform.clone(),
         );
+        let build = Family::<VersionLabels, Gauge>::default();
+        registry.register("build_info", "The running operator's version (always 1)", build.clone());
+        build.get_or_create(&VersionLabels { version: crate::VERSION.into() }).set(1);
         let idle_stops = Counter::default();
         registry.register("idle_stops", "Instances stopped because nobody used them", idle_stops.clone());
         let activity_checks = Family::<ResultLabels, Counter>::default();
@@ -193,6 +203,43 @@ mod tests {
 
     fn value(text: &str, series: &str) -> Option<f64> {
         text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+    }
+
+    /// docs/monitoring.md's table lists exactly the metrics /metrics serves.
+    #[test]
+    fn the_monitoring_guide_lists_every_metric() {
+        let m = Metrics::new();
+        m.reconciled("success", Duration::from_millis(1));
+        m.reconciled("HelmFailed", Duration::from_millis(1));
+        m.helm("upgrade", true, Duration::from_millis(1));
+        m.phase("ns/a", Some(Phase::Running));
+        m.platform("openshift");
+        m.idle_stop();
+        m.activity_check("idle");
+        let text = m.encode();
+        let served: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let (name, kind) = l.split_once(' ').unwrap();
+                match kind {
+                    "counter" => format!("{name}_total"),
+                    _ => name.to_string(),
+                }
+            })
+            .collect();
+        let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/monitoring.md")).unwrap();
+        let listed: std::collections::BTreeSet<String> = guide
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `tinycode_operator_"))
+            .filter_map(|l| l.split_once('`'))
+            .map(|(name, _)| format!("tinycode_operator_{name}"))
+            .collect();
+        assert_eq!(served, listed, "docs/monitoring.md's metric table against what /metrics serves");
+        assert_eq!(value(&text, &format!("tinycode_operator_build_info{{version=\"{}\"}}", crate::VERSION)), Some(1.0));
+        let top = text.lines().filter(|l| l.starts_with("tinycode_operator_helm_duration_seconds_bucket")).count();
+        assert!(top >= 17, "buckets past helm's 120 s timeout: {top}");
+        assert!(text.contains("le=\"327.68\""), "a bucket past 120 s");
     }
 
     #[test]

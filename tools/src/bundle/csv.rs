@@ -5,7 +5,7 @@ use base64::Engine;
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::descriptors::{SPEC_DESCRIPTORS, STATUS_DESCRIPTORS, descriptors};
+use super::descriptors::{CLASS_SPEC_DESCRIPTORS, SPEC_DESCRIPTORS, STATUS_DESCRIPTORS, descriptors};
 use super::{MIN_KUBE_VERSION, PACKAGE, alm_examples, manager_deployment, operator_image};
 use tinycode_operator::api::{DEFAULT_IMAGE, TinycodeInstance};
 use tinycode_operator::platform::rbac;
@@ -91,10 +91,28 @@ fn csv_metadata(version: &str, image: &str) -> Value {
             "olm.skipRange": format!("<{version}"),
             "categories": "AI/Machine Learning,Developer Tools",
             "containerImage": image,
-            "description": "Installs and manages tinycode AI coding assistant instances on OpenShift",
+            "description": "Installs and manages tinycode AI coding assistant instances on OpenShift and Kubernetes",
             "operatorframework.io/suggested-namespace": DEFAULT_OPERATOR_NAMESPACE,
             "repository": REPOSITORY,
             "support": "tinycode-operator maintainers",
+            // The release date of this version, from CHANGELOG.md (not the
+            // time of generation: the bundle is generated and compared).
+            "createdAt": release_date(version),
+            // What OpenShift's console filters operators by. Disconnected:
+            // every image an instance runs by default is in relatedImages,
+            // and the registry allow-list and images are settings. The rest
+            // is not claimed: no FIPS build, no cluster-wide proxy or TLS
+            // profile read, no cloud token authentication, no CNF/CNI/CSI.
+            "features.operators.openshift.io/disconnected": "true",
+            "features.operators.openshift.io/fips-compliant": "false",
+            "features.operators.openshift.io/proxy-aware": "false",
+            "features.operators.openshift.io/tls-profiles": "false",
+            "features.operators.openshift.io/token-auth-aws": "false",
+            "features.operators.openshift.io/token-auth-azure": "false",
+            "features.operators.openshift.io/token-auth-gcp": "false",
+            "features.operators.openshift.io/cnf": "false",
+            "features.operators.openshift.io/cni": "false",
+            "features.operators.openshift.io/csi": "false",
         },
         "labels": {
             // What the Dockerfile builds (its `# Architectures:` line; tools/tests/bundle.rs compares).
@@ -125,7 +143,7 @@ fn owned_crd() -> Value {
         "version": tinycode_operator::api::VERSION,
         "kind": crd.spec.names.kind.clone(),
         "displayName": "Tinycode Instance",
-        "description": "One tinycode AI coding assistant: a Helm release of the bundled chart, a Route and an SCC grant",
+        "description": "One tinycode AI coding assistant: a Helm release of the bundled chart, a Route on OpenShift or an Ingress on Kubernetes, and an SCC grant on OpenShift",
         "resources": owned_resources,
         "specDescriptors": descriptors(SPEC_DESCRIPTORS),
         "statusDescriptors": descriptors(STATUS_DESCRIPTORS),
@@ -141,6 +159,7 @@ fn owned_class_crd() -> Value {
         "kind": crd.spec.names.kind.clone(),
         "displayName": "Tinycode Class",
         "description": "What a cluster-admin offers tenants: image, default and maximum resources (GPUs included), placement, storage and idle limits, permitted modes, instances per namespace",
+        "specDescriptors": descriptors(CLASS_SPEC_DESCRIPTORS),
     })
 }
 
@@ -209,20 +228,22 @@ fn olm_deployment_spec() -> Value {
 fn description() -> String {
     format!(
         "tinycode-operator installs and manages [tinycode](https://github.com/bobbyjohnstx/tinycode), a web-based AI \
-coding assistant, on OpenShift. Each `TinycodeInstance` becomes one Helm release of the bundled chart (Deployment, \
-Service, PVCs, NetworkPolicy, optional Ollama), an OpenShift Route and the least-privileged SecurityContextConstraints \
-grant its spec needs.
+coding assistant, on OpenShift and Kubernetes. Each `TinycodeInstance` becomes one Helm release of the bundled chart \
+(Deployment, Service, PVCs, NetworkPolicy, optional Ollama), a Route on OpenShift or an Ingress on Kubernetes, and on \
+OpenShift the least-privileged SecurityContextConstraints grant its spec needs.
 
 ## Before the first instance (cluster-admin)
 
 1. Install the three SCCs once; OLM bundles cannot carry SCCs:
    `oc apply -f config/scc/sccs.yaml` (from the operator's repository).
 2. Prepare each namespace instances go into: the operator's ServiceAccount needs `admin` there, and the
-   instance needs a password Secret:
-   `hack/prepare-namespace.sh tinycode-dev --generate-password --operator-namespace <namespace this operator runs in>`,
+   namespace carries the label `tinycode.dev/prepared=true`, the record that a cluster-admin prepared it:
+   `hack/prepare-namespace.sh tinycode-dev --operator-namespace <namespace this operator runs in>`,
    or by hand:
-   `oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount=<operator namespace>:tinycode-operator-manager -n tinycode-dev`.
-   An instance in an unprepared namespace reports the exact commands in its status.
+   `oc create rolebinding tinycode-operator-admin --clusterrole=admin --serviceaccount=<operator namespace>:tinycode-operator-manager -n tinycode-dev`
+   and `oc label namespace tinycode-dev tinycode.dev/prepared=true`.
+   An instance in an unprepared namespace reports the exact commands in its status. A password Secret is
+   optional: an instance that names none gets a generated password (`status.passwordSecret` names its Secret).
 3. The `tinycode-hostpath` and `tinycode-shell` tiers need the namespace approved:
    `oc label namespace tinycode-dev tinycode.dev/allow-hostpath=true` (or `tinycode.dev/allow-shell=true`).
 
@@ -235,8 +256,8 @@ not offered: the operator's namespace holds every instance's Helm release record
 
 ## Self-service
 
-`tinycode-user-role` lets a user manage instances and the password Secret in one namespace when bound there
-with a RoleBinding; namespace admins and editors can manage instances without it.
+`tinycode-user-role` lets a user manage instances in one namespace when bound there with a RoleBinding
+(README.md, Requirements, lists exactly what it grants); namespace admins and editors can manage instances without it.
 
 ## Data
 
@@ -245,6 +266,18 @@ an instance created again with the same name re-uses them.
 
 Source and documentation: {REPOSITORY}"
     )
+}
+
+const CHANGELOG: &str = include_str!("../../../CHANGELOG.md");
+
+/// The date of `version`'s heading in CHANGELOG.md (`## <version> - <YYYY-MM-DD>`).
+pub fn release_date(version: &str) -> String {
+    CHANGELOG
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .find_map(|l| l.strip_prefix(version).and_then(|rest| rest.strip_prefix(" - ")))
+        .map(|date| date.trim().to_string())
+        .unwrap_or_else(|| panic!("CHANGELOG.md has no heading `## {version} - <date>`: add one for this version"))
 }
 
 fn icon_base64() -> String {

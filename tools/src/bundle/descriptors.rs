@@ -6,6 +6,40 @@ use serde_json::{Value, json};
 /// `x-descriptors` for the console form, by field path under `spec`.
 pub(super) const SPEC_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
     (
+        "className",
+        "Class",
+        "TinycodeClass whose defaults and limits apply (the cluster's default class when unset)",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
+        "auth.mode",
+        "Sign-in",
+        "password (a shared password), openshift (the cluster's own sign-in) or oidc (the cluster-admin's OpenID Connect provider); the sign-in modes admit users allowed `use` on the instance",
+        &[
+            "urn:alm:descriptor:com.tectonic.ui:select:password",
+            "urn:alm:descriptor:com.tectonic.ui:select:openshift",
+            "urn:alm:descriptor:com.tectonic.ui:select:oidc",
+        ],
+    ),
+    (
+        "stopped",
+        "Stopped",
+        "Scale the workloads to zero, keeping data, address and release; off starts them with the same data",
+        &["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"],
+    ),
+    (
+        "suspend",
+        "Suspend Reconciling",
+        "The operator applies nothing while on (what runs keeps running, unless idle stop is required)",
+        &["urn:alm:descriptor:com.tectonic.ui:booleanSwitch", "urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
+        "idle.timeout",
+        "Idle Timeout",
+        "Stop after this long without activity (30m, 2h, 1h30m; 0: never, where allowed); unset: the operator's or class's default",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
         "image",
         "Image",
         "tinycode container image; its registry must be in the operator's allow-list",
@@ -26,7 +60,7 @@ pub(super) const SPEC_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
     (
         "auth.passwordSecret",
         "Password Secret",
-        "Secret with key TINYCODE_SERVER_PASSWORD; unset leaves the UI unauthenticated",
+        "Secret with key TINYCODE_SERVER_PASSWORD (password mode); unset: the operator generates one and status.passwordSecret names it",
         &["urn:alm:descriptor:io.kubernetes:Secret"],
     ),
     (
@@ -134,10 +168,46 @@ pub(super) const SPEC_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
         &["urn:alm:descriptor:io.kubernetes:Secret", "urn:alm:descriptor:com.tectonic.ui:advanced"],
     ),
     (
+        "vllm",
+        "vLLM Servers",
+        "OpenAI-compatible model servers (name, URL, optional API key Secret and models); probed for their models and limits",
+        &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
+        "env",
+        "Environment",
+        "Variables for the tinycode container, by value or from a Secret key (the agent can read them)",
+        &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
         "nodeSelector",
         "Node Selector",
         "Nodes the tinycode pods may run on",
         &["urn:alm:descriptor:com.tectonic.ui:selector:core:v1:Node", "urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
+        "tolerations",
+        "Tolerations",
+        "Taints the tinycode pods tolerate (a class may add its own)",
+        &["urn:alm:descriptor:io.kubernetes:Tolerations", "urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
+        "imagePullSecrets",
+        "Image Pull Secrets",
+        "Secrets in this namespace with the registry credentials of a private image",
+        &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
+        "ingress.tlsSecretName",
+        "Ingress TLS Secret",
+        "On Kubernetes: Secret with the certificate the Ingress serves (the ingress controller's default when unset)",
+        &["urn:alm:descriptor:io.kubernetes:Secret", "urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
+        "discovery.namespaces",
+        "Model Discovery Namespaces",
+        "Namespaces searched for vLLM Services (each approved by a cluster-admin's label; * for every approved one)",
+        &["urn:alm:descriptor:com.tectonic.ui:advanced"],
     ),
 ];
 
@@ -146,14 +216,14 @@ pub(super) const STATUS_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
     (
         "phase",
         "Phase",
-        "Pending, Deploying, Running, Failed or Terminating",
+        "Pending, Deploying, Running, Stopped, Suspended, Failed or Terminating",
         &["urn:alm:descriptor:io.kubernetes.phase"],
     ),
     ("url", "URL", "Where the tinycode web UI is served", &["urn:alm:descriptor:org.w3:link"]),
     (
         "conditions",
         "Conditions",
-        "Ready, VllmWarning, VllmConfigReady and ClusterAdminReady",
+        "Ready, Reconciling, Stalled, IngressReady, VllmWarning, VllmConfigReady and ClusterAdminReady",
         &["urn:alm:descriptor:io.kubernetes.conditions"],
     ),
     (
@@ -176,9 +246,84 @@ pub(super) const STATUS_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
     ),
 ];
 
-/// Field paths (`a.b.c`) the descriptors name, for tests.
-pub fn descriptor_paths() -> (Vec<&'static str>, Vec<&'static str>) {
-    (SPEC_DESCRIPTORS.iter().map(|d| d.0).collect(), STATUS_DESCRIPTORS.iter().map(|d| d.0).collect())
+/// `x-descriptors` for a TinycodeClass, by field path under `spec`.
+pub(super) const CLASS_SPEC_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "default",
+        "Default Class",
+        "Applies to instances that name no class (at most one class should be the default)",
+        &["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"],
+    ),
+    (
+        "description",
+        "Description",
+        "What the class is for, shown to tenants",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    ("image", "Image", "tinycode image of the class's instances", &["urn:alm:descriptor:com.tectonic.ui:text"]),
+    (
+        "allowCustomImage",
+        "Allow Custom Image",
+        "Whether instances may name an image of their own (from the operator's registry allow-list)",
+        &["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"],
+    ),
+    (
+        "maxInstancesPerNamespace",
+        "Instances Per Namespace",
+        "Most instances of this class one namespace may run (the oldest keep running)",
+        &["urn:alm:descriptor:com.tectonic.ui:number"],
+    ),
+    (
+        "maxReplicas",
+        "Pods Per Instance",
+        "Most tinycode pods per instance (1 where tinycode.max caps resources)",
+        &["urn:alm:descriptor:com.tectonic.ui:number"],
+    ),
+    (
+        "idle.timeout",
+        "Idle Timeout",
+        "Default idle timeout of the class's instances (30m, 2h)",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
+        "idle.maxTimeout",
+        "Longest Idle Timeout",
+        "The longest idle timeout an instance may ask for",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
+        "idle.required",
+        "Idle Stop Required",
+        "Instances may not turn idle stop off, and idle ones stop even while suspended or refused",
+        &["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"],
+    ),
+    (
+        "storage.maxDataSize",
+        "Largest Data Volume",
+        "Most spec.storage.dataSize an instance may ask for",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
+        "storage.maxProjectsSize",
+        "Largest Workspace Volume",
+        "Most spec.storage.projectsSize an instance may ask for",
+        &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
+        "namespaceSelector",
+        "Namespaces",
+        "Namespaces whose instances may use the class (all when unset)",
+        &[
+            "urn:alm:descriptor:com.tectonic.ui:selector:core:v1:Namespace",
+            "urn:alm:descriptor:com.tectonic.ui:advanced",
+        ],
+    ),
+];
+
+/// Field paths (`a.b.c`) the descriptors name, for tests: an instance's
+/// spec and status, a class's spec.
+pub fn descriptor_paths() -> [Vec<&'static str>; 3] {
+    [SPEC_DESCRIPTORS, STATUS_DESCRIPTORS, CLASS_SPEC_DESCRIPTORS].map(|t| t.iter().map(|d| d.0).collect())
 }
 
 /// A descriptor table as the CSV lists it.

@@ -40,6 +40,8 @@ const METRICS_SERVICE_YAML: &str = include_str!("../../../config/manager/service
 const RELAY_SERVICE_YAML: &str = include_str!("../../../config/manager/oidc_relay_service.yaml");
 const USER_ROLES_YAML: &str = include_str!("../../../config/rbac/user_role.yaml");
 const METRICS_READER_YAML: &str = include_str!("../../../config/prometheus/metrics_reader_role.yaml");
+const SERVICE_MONITOR_YAML: &str = include_str!("../../../config/prometheus/monitor.yaml");
+const PROMETHEUS_RULE_YAML: &str = include_str!("../../../config/prometheus/rules.yaml");
 
 /// Every file in `config/samples`, in alm-examples order (the first is the
 /// one the console pre-fills). tools/tests/bundle.rs checks the list is complete.
@@ -169,8 +171,9 @@ pub fn files() -> Vec<BundleFile> {
     // Extra objects OLM creates alongside the operator: the metrics Service
     // (in the install namespace), the SCC `use` ClusterRoles the operator
     // binds instances to, the discovery ClusterRole bound per namespace, the
-    // self-service user roles, and the ClusterRole a scraper of /metrics is
-    // bound to (the operator authorizes scrapes with SubjectAccessReviews).
+    // self-service user roles, the ClusterRole a scraper of /metrics is
+    // bound to (the operator authorizes scrapes with SubjectAccessReviews),
+    // the ServiceMonitor and the alerts.
     let mut extras = vec![
         strip_namespace(one_doc(METRICS_SERVICE_YAML, "config/manager/service.yaml")),
         strip_namespace(one_doc(RELAY_SERVICE_YAML, "config/manager/oidc_relay_service.yaml")),
@@ -179,6 +182,10 @@ pub fn files() -> Vec<BundleFile> {
     extras.push(rbac::discovery_cluster_role_manifest());
     extras.extend(parse_yaml_docs(USER_ROLES_YAML, "config/rbac/user_role.yaml"));
     extras.push(one_doc(METRICS_READER_YAML, "config/prometheus/metrics_reader_role.yaml"));
+    // OLM creates these in the install namespace (it accepts both kinds in a
+    // bundle); they need the monitoring.coreos.com API, which OpenShift has.
+    extras.push(strip_namespace(one_doc(SERVICE_MONITOR_YAML, "config/prometheus/monitor.yaml")));
+    extras.push(strip_namespace(one_doc(PROMETHEUS_RULE_YAML, "config/prometheus/rules.yaml")));
     for obj in extras {
         out.push(BundleFile { path: manifest_file_name(&obj), content: format!("{header}{}", yaml(&obj)) });
     }
@@ -274,15 +281,27 @@ mod tests {
     }
 
     #[test]
-    fn descriptors_name_real_fields() {
+    fn descriptors_name_real_fields_and_every_spec_field_has_one() {
         let crd = serde_json::to_value(TinycodeInstance::crd()).unwrap();
         let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
-        let (spec, status) = descriptor_paths();
-        for p in spec {
+        let class_crd = serde_json::to_value(tinycode_operator::api::TinycodeClass::crd()).unwrap();
+        let class_schema = &class_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+        let [spec, status, class] = descriptor_paths();
+        for p in &spec {
             assert!(schema_has(&schema["spec"], p), "spec descriptor {p} names no field of the CRD");
         }
         for p in status {
             assert!(schema_has(&schema["status"], p), "status descriptor {p} names no field of the CRD");
+        }
+        for p in class {
+            assert!(schema_has(&class_schema["spec"], p), "class descriptor {p} names no field of TinycodeClass");
+        }
+        // The console's form offers every field of the spec, at least its first level.
+        for field in schema["spec"]["properties"].as_object().unwrap().keys() {
+            assert!(
+                spec.iter().any(|p| p.split('.').next() == Some(field.as_str())),
+                "spec.{field} has no descriptor: add one to SPEC_DESCRIPTORS"
+            );
         }
     }
 
@@ -308,6 +327,25 @@ mod tests {
             pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == tmpdir["value"]);
         let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount.unwrap()["name"]).unwrap();
         assert_eq!(volume["emptyDir"]["medium"], "Memory");
+    }
+
+    #[test]
+    fn the_csv_is_dated_by_the_changelog_and_says_what_it_supports() {
+        let csv = cluster_service_version();
+        let annotations = &csv["metadata"]["annotations"];
+        let date = annotations["createdAt"].as_str().unwrap();
+        let digits: Vec<bool> = date.chars().map(|c| c.is_ascii_digit()).collect();
+        assert_eq!(date.len(), 10, "{date}");
+        assert!(digits.iter().enumerate().all(|(i, d)| *d == !matches!(i, 4 | 7)), "YYYY-MM-DD: {date}");
+        assert_eq!(date, super::csv::release_date(tinycode_operator::VERSION));
+        assert_eq!(annotations["features.operators.openshift.io/disconnected"], "true");
+        for crd in [TinycodeInstance::crd().spec.names, tinycode_operator::api::TinycodeClass::crd().spec.names] {
+            assert_eq!(crd.categories, Some(vec!["tinycode-all".to_string()]), "{}", crd.kind);
+        }
+        // The namespace preparation the description gives is the one the operator checks.
+        let description = csv["spec"]["description"].as_str().unwrap();
+        assert!(description.contains("tinycode.dev/prepared=true"));
+        assert!(!description.contains("needs a password Secret"));
     }
 
     #[test]
