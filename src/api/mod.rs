@@ -67,7 +67,8 @@ pub const DURATION_PATTERN: &str = r"^(0|([0-9]{1,4}h)?([0-9]{1,6}m)?([0-9]{1,8}
 /// echoes the value handled.
 pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
 
-/// A tinycode AI coding assistant instance: one Helm release, one Route, one SCC grant.
+/// A tinycode AI coding assistant instance: one Helm release, a Route on
+/// OpenShift or an Ingress on Kubernetes, and an SCC grant on OpenShift.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "tinycode.dev",
@@ -146,12 +147,15 @@ pub struct TinycodeInstanceSpec {
     #[serde(default)]
     pub storage: Storage,
 
-    /// Route host; the router assigns one when empty.
+    /// Host name of the instance's address: the Route's on OpenShift (the
+    /// router assigns one when empty), the Ingress's on Kubernetes (where an
+    /// instance without one gets no Ingress).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253))]
     pub hostname: Option<String>,
 
-    /// TLS termination of the Route: edge (default), passthrough or reencrypt.
+    /// TLS termination of the Route on OpenShift: edge (default), passthrough
+    /// or reencrypt. On Kubernetes TLS comes from spec.ingress.tlsSecretName.
     #[serde(default)]
     pub tls_termination: TlsTermination,
 

@@ -7,12 +7,20 @@ use serde::{Deserialize, Serialize};
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct TinycodeInstanceStatus {
+    /// Where the instance stands: Pending, Deploying, Running, Stopped,
+    /// Suspended, Failed or Terminating (the Ready condition says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// Where the tinycode web UI is served: the Route's host on OpenShift, the
+    /// Ingress's on Kubernetes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The metadata.generation this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready, Reconciling, Stalled, IngressReady, VllmConfigReady,
+    /// VllmWarning and ClusterAdminReady, each with a reason and a message
+    /// naming the fix.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -105,10 +113,15 @@ pub struct AuthStatus {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct AccessCheck {
+    /// The verb (`use`).
     pub verb: String,
+    /// The API group (`tinycode.dev`).
     pub group: String,
+    /// The resource (`tinycodeinstances`).
     pub resource: String,
+    /// The instance's name.
     pub name: String,
+    /// The instance's namespace.
     pub namespace: String,
 }
 

@@ -390,7 +390,7 @@ pub struct RunArgs {
     pub watch_namespaces: Vec<String>,
     /// Instances reconciled at once (default: 4 per available core, 2 to 16;
     /// helm waits on the apiserver, so more runs than cores overlap: see
-    /// README, Benchmark).
+    /// docs/benchmarks.md).
     #[arg(long, global = true, env = "TINYCODE_CONCURRENCY")]
     pub concurrency: Option<u16>,
     /// Log as JSON lines.
