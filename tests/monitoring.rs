@@ -1,6 +1,7 @@
-//! config/prometheus/rules.yaml against docs/monitoring.md: every alert has
-//! a runbook URL whose anchor is a heading of the guide, and the guide's
-//! table names exactly the alerts the rules define.
+//! The guides against what they describe: every alert of
+//! config/prometheus/rules.yaml has a runbook URL whose anchor is a heading of
+//! docs/monitoring.md, whose table names exactly those alerts; docs/using.md's
+//! table of columns names exactly the CRD's printer columns.
 
 use std::collections::BTreeSet;
 
@@ -39,4 +40,22 @@ fn every_alert_has_a_runbook_heading_in_the_guide() {
         .map(|(n, _)| format!("Tinycode{n}"))
         .collect();
     assert_eq!(alerts, listed, "the guide's alert table against rules.yaml");
+}
+
+/// docs/using.md's table of `oc get tc` columns names exactly the CRD's printer columns.
+#[test]
+fn the_guide_lists_every_printer_column() {
+    use kube::CustomResourceExt;
+    let crd = tinycode_operator::api::TinycodeInstance::crd();
+    let columns: Vec<String> =
+        crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
+    let guide = std::fs::read_to_string(root().join("docs/using.md")).unwrap();
+    let table = guide.split("| column | from | meaning |").nth(1).expect("the column table in docs/using.md");
+    let listed: Vec<String> = table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').next().unwrap().trim().to_string())
+        .collect();
+    assert_eq!(listed, columns, "docs/using.md's columns against the CRD's additionalPrinterColumns");
 }
