@@ -45,7 +45,7 @@ build: ## Build the operator and the dev tooling (tinycode-local) binaries
 	cargo build --release --workspace --bins
 
 .PHONY: generate
-generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the code
+generate: ## Regenerate the CRD, RBAC, SCCs, values schema, bundle/ and the chart's lint inputs from the code
 	cargo build --quiet --workspace --bins
 	target/debug/tinycode-operator crd > config/crd/tinycode.dev_tinycodeinstances.yaml
 	target/debug/tinycode-operator crd --class > config/crd/tinycode.dev_tinycodeclasses.yaml
@@ -56,6 +56,7 @@ generate: ## Regenerate the CRD, RBAC, SCCs, values schema and bundle/ from the 
 	target/debug/tinycode-operator rbac --leader-election-namespace tinycode-operator-system > config/rbac/leader_election_role.yaml
 	target/debug/tinycode-operator rbac --discovery > config/rbac/discovery_role.yaml
 	target/debug/tinycode-local bundle --out bundle 2>/dev/null
+	target/debug/tinycode-local chart-ci-values --out helm-charts/tinycode/ci
 
 .PHONY: lint
 lint: tools ## cargo fmt --check, the layer check, clippy -D warnings, helm lint --strict, shellcheck
