@@ -234,7 +234,7 @@ pub struct IdleArgs {
 impl IdleArgs {
     fn to_settings(&self) -> Result<crate::settings::IdleSettings, String> {
         let duration = |flag: &str, v: &str| {
-            crate::reconcile::idle::parse_duration(v.trim())
+            crate::api::duration::parse(v.trim())
                 .map(|d| (!d.is_zero()).then_some(d))
                 .ok_or_else(|| format!("{flag} {v:?} must be a duration such as 30m, 8h or 1h30m, or 0"))
         };

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::duration::parse as parse_duration;
 use crate::api::{
     DEFAULT_IMAGE, Mode, ResourceLists, ResourceMap, Resources, SecretName, TinycodeClass, TinycodeClassSpec,
     TinycodeInstanceSpec, WorkloadPolicy,
 };
-use crate::reconcile::idle::parse_duration;
 use crate::reconcile::rules::parse_quantity;
 use crate::render::values::FromClass;
 use crate::settings::{IdleSettings, Settings};

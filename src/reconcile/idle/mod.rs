@@ -1,78 +1,31 @@
 //! Idle stop (`spec.idle`): an instance nobody uses is stopped as with
 //! `spec.stopped`, without writing its spec (GitOps tools own it).
 //!
-//! Two halves. [`watch`] reads the activity report of every running
+//! Two halves, in two files. [`watch`] (`watch.rs`, the I/O) reads the activity report of every running
 //! instance that has a timeout, once per `--activity-check-seconds`, the
 //! reads spread evenly over that time and a few in flight at once; it keeps
 //! the last answer per instance and wakes an instance's reconcile only when
-//! the answer says it is idle. The reconcile then decides ([`decide`], pure)
+//! the answer says it is idle. The reconcile then decides ([`decide`], pure, this file)
 //! from that answer and the instance's status, which keeps the decision
 //! (`status.idle.stopped`), so a restarted operator keeps it stopped. While
 //! nothing changes, a check costs one request to the pod and nothing else:
 //! no helm run, no write.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::channel::mpsc;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
-use crate::api::naming;
+use crate::api::duration::{format as format_duration, parse as parse_duration};
 use crate::api::{IdleStatus, Phase, START_REQUEST_ANNOTATION, TinycodeInstance, TinycodeInstanceSpec};
-use crate::ops::activity::{self, Activity};
+
+mod watch;
+use crate::ops::activity::Activity;
 use crate::settings::IdleSettings;
-
-/// A duration as `DURATION_PATTERN` writes it (`1h30m`, `45s`, `0`); None
-/// when it is not one.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return None;
-    }
-    let (mut total, mut digits, mut last_unit) = (0u64, String::new(), 0usize);
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let (rank, secs) = match c {
-            'h' => (1, 3600),
-            'm' => (2, 60),
-            's' => (3, 1),
-            _ => return None,
-        };
-        // Units in order, each once, each after digits.
-        if rank <= last_unit || digits.is_empty() || digits.len() > 8 {
-            return None;
-        }
-        total = total.checked_add(digits.parse::<u64>().ok()?.checked_mul(secs)?)?;
-        digits.clear();
-        last_unit = rank;
-    }
-    digits.is_empty().then_some(Duration::from_secs(total))
-}
-
-/// A duration as status shows it (`2h`, `1h30m`, `45s`).
-pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    let (h, m, sec) = (s / 3600, s % 3600 / 60, s % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if sec > 0 || out.is_empty() {
-        out.push_str(&format!("{sec}s"));
-    }
-    out
-}
+pub use watch::watch;
 
 /// The timeout in force for an instance, and where it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,62 +316,6 @@ pub fn in_force(inst: &TinycodeInstance, settings: &IdleSettings) -> Option<Dura
         Some("off") => None,
         Some(t) if parse_duration(t).is_some() => parse_duration(t).filter(|d| !d.is_zero()),
         _ => timeout(&inst.spec, settings).timeout,
-    }
-}
-
-/// Checks the instances with a timeout for as long as the process runs;
-/// wakes the reconcile of those found idle.
-pub async fn watch(
-    instances: Store<TinycodeInstance>,
-    settings: IdleSettings,
-    reader: Arc<activity::Reader>,
-    observations: Arc<Observations>,
-    metrics: Arc<crate::ops::metrics::Metrics>,
-    wake: mpsc::Sender<ObjectRef<TinycodeInstance>>,
-) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(settings.checks_in_flight));
-    loop {
-        let cycle = tokio::time::Instant::now();
-        let mut due: Vec<Arc<TinycodeInstance>> =
-            instances.state().into_iter().filter(|i| watched(i, &settings)).collect();
-        // A steady order, so each instance is checked about once an interval.
-        due.sort_by_key(|i| i.metadata.uid.clone());
-        {
-            let keep: std::collections::HashSet<_> = due.iter().map(|i| ObjectRef::from_obj(&**i)).collect();
-            observations.lock().expect("lock").retain(|k, _| keep.contains(k));
-        }
-        let n = due.len().max(1) as u32;
-        for (i, inst) in due.into_iter().enumerate() {
-            tokio::time::sleep_until(cycle + settings.check_interval * i as u32 / n).await;
-            let Ok(slot) = slots.clone().acquire_owned().await else { return };
-            let (settings, reader, observations, metrics, mut wake) =
-                (settings.clone(), reader.clone(), observations.clone(), metrics.clone(), wake.clone());
-            tokio::spawn(async move {
-                let (ns, name) = (inst.namespace().unwrap_or_default(), inst.name_any());
-                let url = activity::url(&settings.url_template, &naming::fullname(&name), &ns, &name);
-                let result = reader.read(&url).await;
-                drop(slot);
-                let now = Timestamp::now();
-                let obs = Observation { at: now, result };
-                let floor = inst.status.as_ref().and_then(|s| s.last_activity_time.as_deref()?.parse().ok());
-                let limit = in_force(&inst, &settings).unwrap_or(Duration::MAX);
-                let v = verdict(Some(&obs), limit, floor, now);
-                metrics.activity_check(v.as_str());
-                let key = ObjectRef::from_obj(&*inst);
-                observations.lock().expect("lock").insert(key.clone(), obs.clone());
-                // Status shows what activity is judged by: a check that says
-                // otherwise concerns the reconcile; one that agrees costs nothing.
-                let judged_by = match (&v, &obs.result) {
-                    (Verdict::Unknown(_), _) | (_, Err(_)) => "unknown",
-                    (_, Ok(a)) => a.judged_by.as_str(),
-                };
-                let shown = inst.status.as_ref().and_then(|s| s.idle.as_ref()).map(|i| i.judged_by.as_str());
-                if matches!(v, Verdict::Idle { .. }) || shown != Some(judged_by) {
-                    let _ = wake.try_send(key);
-                }
-            });
-        }
-        tokio::time::sleep_until(cycle + settings.check_interval).await;
     }
 }
 
