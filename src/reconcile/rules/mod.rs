@@ -14,6 +14,7 @@ use crate::api::{self, TinycodeInstanceSpec};
 use crate::settings::Settings;
 
 pub(crate) mod checks;
+pub mod quantity;
 
 /// One rule a spec breaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,41 +152,10 @@ pub fn reserved_namespace(namespace: &str, settings: &Settings) -> Option<String
     })
 }
 
-/// Parses a Kubernetes quantity (`500m`, `2`, `1.5Gi`, `1e3`) to its value.
-pub fn parse_quantity(s: &str) -> Option<f64> {
-    let s = s.trim();
-    if s.is_empty() || s.len() > 64 {
-        return None;
-    }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
-    let (num, suffix) = s.split_at(split);
-    let digits = num.trim_start_matches(['+', '-']);
-    if digits.is_empty() || digits.contains(['+', '-']) || digits.matches('.').count() > 1 || digits == "." {
-        return None;
-    }
-    let value: f64 = num.parse().ok()?;
-    let factor = match suffix {
-        "" => 1.0,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exp if exp.starts_with(['e', 'E']) => {
-            let e: i32 = exp[1..].parse().ok()?;
-            10f64.powi(e)
-        }
-        _ => return None,
-    };
-    Some(value * factor)
+/// Parses a Kubernetes quantity (`500m`, `2`, `1.5Gi`, `1e3`) to its exact
+/// value ([`quantity`]), or None when it is not one.
+pub fn parse_quantity(s: &str) -> Option<quantity::Quantity> {
+    quantity::parse(s)
 }
 
 #[cfg(test)]
