@@ -53,6 +53,10 @@ pub fn token_key(token: &str) -> CacheKey {
     Sha256::digest(token.as_bytes()).into()
 }
 
+// Not moka: an entry lives by its outcome (allowed and refused decisions
+// have their own TTLs), and the clock is a parameter, so the tests prove
+// expiry and the cap without sleeping; moka keeps its own clock and evicts
+// in the background.
 /// Decisions by key, each until it expires; at most `max` of them.
 #[derive(Debug)]
 pub struct DecisionCache {

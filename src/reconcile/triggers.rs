@@ -77,6 +77,10 @@ where
     filter(events, hash, true)
 }
 
+// Not kube-runtime's `predicate_filter`: it sees objects, not events, so a
+// deletion (whose object hashes as before) would be dropped, and a deleted
+// owned object must wake its instance to be repaired; it also cannot drop
+// the creations the operator made itself ([`written_only_by_us`]).
 fn filter<K, S>(events: S, hash: fn(&K) -> u64, owned: bool) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
     K: Resource + Clone + Send + 'static,

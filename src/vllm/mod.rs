@@ -379,6 +379,10 @@ impl Prober {
     }
 }
 
+// Not moka with a weigher: moka admits entries by frequency (TinyLFU) and
+// evicts in the background, so neither "the newest answer is kept" nor the
+// byte bound would hold when an insert returns; here both hold at once (the
+// tests in tests.rs show it), for a cache of at most 1024 entries.
 /// Stores a probe result: drops expired entries, then the oldest ones while
 /// the cache holds `capacity` entries or the new one would take its content
 /// past `max_bytes`, so tenants cannot grow it without bound.
