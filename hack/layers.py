@@ -15,7 +15,7 @@ stages, so a stage that reaches back into it (for a type every stage needs)
 closes a loop; shared parts belong in a file of their own.
 
 A name a module re-exports (`pub use a::B;`) is followed to where it is
-defined. Test code (`#[cfg(test)]` items, `*_tests.rs`, `tests.rs`) is left
+defined. Test code (`#[cfg(test)]` items and `tests.rs` files) is left
 out unless --tests: tests may compose layers.
 
 Long functions: a function of more than MAX_FUNCTION_LINES lines (test code
@@ -171,7 +171,7 @@ class Crate:
             for name in names:
                 if not name.endswith(".rs"):
                     continue
-                if not tests and (name.endswith("_tests.rs") or name == "tests.rs"):
+                if not tests and name == "tests.rs":
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, name), base)
                 if rel == "main.rs":  # the binary: a crate of its own

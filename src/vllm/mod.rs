@@ -559,5 +559,4 @@ pub fn summarize(
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -122,5 +122,4 @@ async fn create_password(ctx: &Context, inst: &TinycodeInstance, secret: &Secret
 }
 
 #[cfg(test)]
-#[path = "execute_tests.rs"]
 mod tests;

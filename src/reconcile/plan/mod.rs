@@ -454,5 +454,4 @@ pub fn needs_apply(live: Option<&ObjectMeta>, hash: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 pub(crate) mod tests;

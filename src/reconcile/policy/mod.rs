@@ -580,5 +580,4 @@ pub fn rank<'a>(me: (&str, &str), others: impl Iterator<Item = (&'a str, &'a str
 }
 
 #[cfg(test)]
-#[path = "policy_tests.rs"]
 mod tests;

@@ -687,5 +687,4 @@ pub fn spec_rules(inst: &TinycodeInstance, settings: &Settings) -> Result<Vec<St
 }
 
 #[cfg(test)]
-#[path = "validate_tests.rs"]
 mod tests;
