@@ -222,6 +222,9 @@ main() {
 	parse_args "$@"
 	find_kubectl
 	check_logged_in
+	# Before anything is written: someone else would get the namespace and the
+	# operator's RoleBinding, then fail at the label only a cluster-admin sets.
+	check_cluster_admin
 	ensure_namespace
 	grant_operator_admin
 	mark_prepared

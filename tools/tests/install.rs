@@ -365,6 +365,22 @@ async fn install_prepare_samples_uninstall_twice() {
         cluster.finish_namespace_deletion(OPERATOR_NS);
     }
 
+    // A tenant running the preparation script gets a refusal naming
+    // cluster-admin, and nothing is written: no namespace, no RoleBinding.
+    let dir = tempfile::tempdir().unwrap();
+    let as_alice = dir.path().join("kubectl-as-alice");
+    std::fs::write(&as_alice, format!("#!/bin/sh\nexec '{}' --as=alice \"$@\"\n", cluster.kubectl.display())).unwrap();
+    std::fs::set_permissions(&as_alice, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let alice_ns = format!("{ns}-alice");
+    let refused = cluster.script("prepare-namespace.sh", &[&alice_ns], &[("KUBECTL", as_alice.to_str().unwrap())]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "alice prepared a namespace:\n{err}");
+    assert!(err.contains("this needs cluster-admin"), "the refusal says who may: {err}");
+    assert!(
+        !exists(&Api::<Namespace>::all(client.clone()), &alice_ns).await,
+        "a refused preparation wrote the namespace"
+    );
+
     let instances: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<TinycodeInstance>(&()));
     for round in 1..=2 {
