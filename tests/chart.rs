@@ -80,10 +80,7 @@ fn render_values(v: Values) -> (Values, Vec<Value>) {
     let out = helm_cmd(&["template", &release, "--namespace", "tinycode-operator-system"], &v);
     assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::with::singleton_map_recursive::deserialize::<Value, _>(d).unwrap_or(Value::Null))
-        .filter(|d| !d.is_null())
-        .collect();
+    let docs = serde_saphyr::from_multiple::<Value>(&text).expect("helm template renders YAML");
     (v, docs)
 }
 
@@ -607,7 +604,7 @@ fn lint_is_clean_for_every_sample() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let inst: tinycode_operator::api::TinycodeInstance =
-            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let spec = serde_json::to_value(&inst.spec).unwrap();
         let v = values_for(spec);
         let out = helm_cmd(&["lint", "--strict"], &v);
@@ -652,7 +649,7 @@ fn chart_defaults_have_the_operator_values_shape() {
         }
     }
     let chart: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(root().join("helm-charts/tinycode/values.yaml")).unwrap())
+        serde_saphyr::from_str(&std::fs::read_to_string(root().join("helm-charts/tinycode/values.yaml")).unwrap())
             .unwrap();
     let ours = serde_json::to_value(values_for(json!({}))).unwrap();
     let (mut a, mut b) = (vec![], vec![]);

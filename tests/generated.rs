@@ -138,7 +138,7 @@ fn the_readme_shows_the_shipped_class_examples() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     for file in ["config/classes/gpu-pool.yaml", "config/classes/locked-down.yaml"] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
-        let class: tinycode_operator::api::TinycodeClass = serde_yaml::from_str(&text).unwrap();
+        let class: tinycode_operator::api::TinycodeClass = serde_saphyr::from_str(&text).unwrap();
         assert!(class.metadata.name.is_some(), "{file}");
         let body: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
         assert!(readme.contains(&body), "README.md does not show {file} as shipped");

@@ -12,7 +12,7 @@ fn root() -> std::path::PathBuf {
 #[test]
 fn every_alert_has_a_runbook_heading_in_the_guide() {
     let rules: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(root().join("config/prometheus/rules.yaml")).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(root().join("config/prometheus/rules.yaml")).unwrap()).unwrap();
     let guide = std::fs::read_to_string(root().join("docs/monitoring.md")).unwrap();
     // GitHub's anchors: the heading lowercased (these are single words).
     let anchors: BTreeSet<String> =

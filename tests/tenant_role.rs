@@ -50,8 +50,9 @@ fn needs(command: &str) -> Vec<(&'static str, &'static str, &'static str)> {
 fn the_tenant_role_allows_every_tenant_step_of_the_guide() {
     let guide = std::fs::read_to_string(root().join("docs/using.md")).unwrap();
     let roles = std::fs::read_to_string(root().join("config/rbac/user_role.yaml")).unwrap();
-    let role: serde_json::Value = serde_yaml::Deserializer::from_str(&roles)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+    let role: serde_json::Value = serde_saphyr::from_multiple::<serde_json::Value>(&roles)
+        .unwrap()
+        .into_iter()
         .find(|r: &serde_json::Value| r["metadata"]["name"] == "tinycode-user-role")
         .expect("tinycode-user-role in config/rbac/user_role.yaml");
     let mut granted = BTreeSet::new();

@@ -605,7 +605,7 @@ fn print_yaml(docs: &[serde_json::Value]) -> ExitCode {
     let mut out = String::new();
     for d in docs {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(d).expect("yaml"));
+        out.push_str(&serde_saphyr::to_string(d).expect("yaml"));
     }
     print!("{out}");
     ExitCode::SUCCESS

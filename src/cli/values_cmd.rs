@@ -94,7 +94,7 @@ fn read_instance(file: &PathBuf, namespace: Option<String>) -> Result<TinycodeIn
         if file.as_os_str() == "-" { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(file) };
     let text = text.map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let mut inst: TinycodeInstance =
-        serde_yaml::from_str(&text).map_err(|e| format!("{} is not a TinycodeInstance: {e}", file.display()))?;
+        serde_saphyr::from_str(&text).map_err(|e| format!("{} is not a TinycodeInstance: {e}", file.display()))?;
     let ns = inst
         .metadata
         .namespace
@@ -110,7 +110,7 @@ fn read_instance(file: &PathBuf, namespace: Option<String>) -> Result<TinycodeIn
 fn read_class(file: &PathBuf, inst: &TinycodeInstance) -> Result<crate::api::TinycodeClass, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let mut class: crate::api::TinycodeClass =
-        serde_yaml::from_str(&text).map_err(|e| format!("{} is not a TinycodeClass: {e}", file.display()))?;
+        serde_saphyr::from_str(&text).map_err(|e| format!("{} is not a TinycodeClass: {e}", file.display()))?;
     let name = class.metadata.name.clone().unwrap_or_default();
     match inst.spec.class_name.as_deref() {
         Some(named) if named != name => {

@@ -84,12 +84,10 @@ pub fn objects_from_record(release_field: &[u8]) -> Result<Vec<ObjectRef>, Strin
 /// The objects of a multi-document YAML manifest, in order, without duplicates.
 pub fn objects_from_manifest(manifest: &str) -> Result<Vec<ObjectRef>, String> {
     let mut out: Vec<ObjectRef> = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(manifest) {
-        let value = serde_yaml::Value::deserialize(doc).map_err(|e| format!("the manifest is not YAML: {e}"))?;
-        if value.is_null() {
-            continue;
-        }
-        let head: Head = serde_yaml::from_value(value).map_err(|e| format!("a manifest object has no head: {e}"))?;
+    // Empty documents (a template that rendered nothing) are skipped by the parser.
+    let heads: Vec<Head> =
+        serde_saphyr::from_multiple(manifest).map_err(|e| format!("the manifest is not a list of objects: {e}"))?;
+    for head in heads {
         if head.kind.is_empty() || head.metadata.name.is_empty() {
             continue;
         }

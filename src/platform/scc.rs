@@ -298,7 +298,7 @@ mod tests {
             eprintln!("skipped: {} is absent", path.display());
             return;
         };
-        let crd: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        let crd: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         let required = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["required"].as_array().unwrap().clone();
         assert!(required.contains(&serde_json::json!("priority")));
         for tier in ALL_TIERS {

@@ -70,7 +70,7 @@ pub async fn install_openshift_apis(client: &Client, dir: Option<&Path>) -> Resu
             let mut crds = Vec::new();
             for file in ["routes.route.openshift.io.yaml", "securitycontextconstraints.security.openshift.io.yaml"] {
                 let text = std::fs::read_to_string(dir.join(file))?;
-                crds.push(serde_yaml::from_str::<CustomResourceDefinition>(&text)?);
+                crds.push(serde_saphyr::from_str::<CustomResourceDefinition>(&text)?);
             }
             crds
         }
@@ -348,7 +348,7 @@ pub async fn write_operator_kubeconfig(client: &Client, admin_kubeconfig: &Path,
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
         "current-context": "operator",
     });
-    write_private(out, serde_yaml::to_string(&config)?.as_bytes())?;
+    write_private(out, serde_saphyr::to_string(&config)?.as_bytes())?;
     Ok(())
 }
 

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The repository (and workspace) root, one above this crate.
@@ -46,10 +45,7 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
 
 fn yaml_docs(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .filter(|v| !v.is_null())
-        .collect()
+    serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]

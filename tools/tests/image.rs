@@ -106,8 +106,8 @@ fn image_config_is_what_the_dockerfile_and_the_manager_deployment_say() {
     assert_eq!(labels["org.opencontainers.image.licenses"], "MIT");
 
     // The manager Deployment runs what the image offers.
-    let manager: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(repo_root().join("config/manager/manager.yaml")).unwrap())
+    let manager: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join("config/manager/manager.yaml")).unwrap())
             .unwrap();
     let container = &manager["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
@@ -116,7 +116,7 @@ fn image_config_is_what_the_dockerfile_and_the_manager_deployment_say() {
         "manager.yaml names this project's image at this version (install.sh replaces it)"
     );
     let deployment_ports: BTreeSet<String> = container["ports"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|p| format!("{}/tcp", p["containerPort"].as_u64().unwrap()))
@@ -124,7 +124,7 @@ fn image_config_is_what_the_dockerfile_and_the_manager_deployment_say() {
     assert_eq!(deployment_ports, ports, "the Deployment's container ports are the image's");
     assert_eq!(container["securityContext"]["runAsUser"].as_u64(), Some(1001));
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"].as_bool(), Some(true));
-    for e in container["env"].as_sequence().unwrap() {
+    for e in container["env"].as_array().unwrap() {
         if let (Some(k), Some(v)) = (e["name"].as_str(), e["value"].as_str())
             && let Some(image_value) = env.get(k)
         {
@@ -250,10 +250,7 @@ fn binaries_run_from_the_read_only_image_root_as_uid_1001() {
     let out =
         in_image(&env, &[], &["/usr/local/bin/helm", "template", "probe", "/helm-charts/tinycode"]).output().unwrap();
     assert!(out.status.success(), "helm template from the image:\n{}", output_text(&out));
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
-        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
-        .filter(|d: &serde_yaml::Value| !d.is_null())
-        .collect();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_slice_multiple(&out.stdout).expect("helm renders YAML");
     assert!(docs.iter().any(|d| d["kind"].as_str() == Some("Deployment")), "the chart renders a Deployment");
 }
 

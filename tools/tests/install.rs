@@ -31,7 +31,6 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use local_cluster::{local_cluster, value_of};
-use serde::Deserialize;
 use serde_json::Value;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::platform::openshift::SecurityContextConstraints;
@@ -207,11 +206,8 @@ fn samples() -> Vec<(String, Value)> {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).unwrap();
-            if !v.is_null() {
-                out.push((name.clone(), v));
-            }
+        for v in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+            out.push((name.clone(), v));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -695,8 +691,9 @@ fn install_with_stand_in_kubectl(args: &[&str], env: &[(&str, &str)]) -> (bool, 
 
 /// WATCH_NAMESPACE of the manager Deployment install.sh applied.
 fn applied_watch_namespace(record: &str) -> Value {
-    let manager = serde_yaml::Deserializer::from_str(record)
-        .map(|d| Value::deserialize(d).unwrap())
+    let manager = serde_saphyr::from_multiple::<Value>(record)
+        .unwrap()
+        .into_iter()
         .find(|v| v["kind"] == "Deployment")
         .expect("install.sh applied the manager Deployment");
     let env = manager["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();

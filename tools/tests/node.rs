@@ -199,7 +199,7 @@ async fn install_operator(node: &Node) {
 
 fn basic_instance(name: &str) -> Value {
     let text = std::fs::read_to_string(root().join("config/samples/tinycode_v1alpha1_basic.yaml")).unwrap();
-    let mut v: Value = serde_yaml::from_str(&text).unwrap();
+    let mut v: Value = serde_saphyr::from_str(&text).unwrap();
     v["metadata"]["name"] = name.into();
     // Small enough for a node on a 2-core machine.
     v["spec"]["resources"] =

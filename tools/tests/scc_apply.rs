@@ -21,7 +21,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use local_cluster::{local_cluster, value_of};
-use serde::Deserialize;
 use serde_json::Value;
 use tinycode_tools::devcluster;
 
@@ -43,8 +42,7 @@ fn openshift_crds_dir() -> Option<PathBuf> {
 fn sccs_renamed(suffix: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(root().join("config/scc/sccs.yaml")).expect("read config/scc/sccs.yaml");
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let mut v = Value::deserialize(doc).expect("sccs.yaml is YAML");
+    for mut v in serde_saphyr::from_multiple::<Value>(&text).expect("sccs.yaml is YAML") {
         if v["kind"] != "SecurityContextConstraints" {
             continue;
         }
@@ -57,7 +55,7 @@ fn sccs_renamed(suffix: &str) -> Vec<Value> {
 }
 
 fn to_yaml(docs: &[Value]) -> String {
-    docs.iter().map(|d| format!("---\n{}", serde_yaml::to_string(d).unwrap())).collect()
+    docs.iter().map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap())).collect()
 }
 
 fn names(docs: &[Value]) -> Vec<String> {
@@ -131,7 +129,7 @@ async fn sccs_survive_client_side_apply_server_side_apply_and_create() {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("kubeconfig");
     let client = Client::try_from(config).expect("client");
     let crd: CustomResourceDefinition =
-        serde_yaml::from_str(&std::fs::read_to_string(crds.join(SCC_CRD_FILE)).unwrap()).expect("SCC CRD");
+        serde_saphyr::from_str(&std::fs::read_to_string(crds.join(SCC_CRD_FILE)).unwrap()).expect("SCC CRD");
     devcluster::apply_crd(&client, &crd).await.expect("install the real SCC CRD");
 
     let run = format!("scc-apply-{:04x}", std::process::id() % 0xffff);

@@ -71,13 +71,7 @@ pub struct BundleFile {
 }
 
 fn parse_yaml_docs(text: &str, what: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .filter_map(|doc| {
-            let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{what} is not valid YAML: {e}"));
-            (!v.is_null()).then_some(v)
-        })
-        .collect()
+    serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("{what} is not valid YAML: {e}"))
 }
 
 fn one_doc(text: &str, what: &str) -> Value {
@@ -137,7 +131,7 @@ pub fn bundle_annotations() -> Vec<(&'static str, String)> {
 }
 
 fn yaml(v: &Value) -> String {
-    serde_yaml::to_string(v).expect("yaml")
+    serde_saphyr::to_string(v).expect("yaml")
 }
 
 fn manifest_file_name(v: &Value) -> String {

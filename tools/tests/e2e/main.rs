@@ -1280,7 +1280,7 @@ async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
         // only: the server-side dry run stores nothing, so nothing is probed).
         env.kubectl(&["apply", "--dry-run=server", "-n", &ns, "-f", path.to_str().unwrap()])
             .map_err(|e| format!("{}: `kubectl apply -n {ns}` refused it: {e}", path.display()))?;
-        let mut inst: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).ctx("read")?).ctx("parse")?;
+        let mut inst: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).ctx("read")?).ctx("parse")?;
         // Model servers are stood in for on loopback: no test traffic leaves the machine.
         if let Some(list) = inst["spec"]["vllm"].as_array_mut() {
             for p in list {
