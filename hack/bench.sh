@@ -104,14 +104,13 @@ CHART=$ROOT/helm-charts/tinycode
 SA=$STATE/serviceaccount
 mkdir -p "$SA"
 python3 - "$STATE/operator.kubeconfig" "$SA" <<-'EOF'
-	import base64, re, sys
-	text, out = open(sys.argv[1]).read(), sys.argv[2]
-	def field(name):  # tinycode-local writes one cluster and one user, plain scalars
-	    return re.search(rf"^\s*{name}: *(\S+)$", text, re.M).group(1)
-	open(f"{out}/token", "w").write(field("token"))
-	open(f"{out}/ca.crt", "wb").write(base64.b64decode(field("certificate-authority-data")))
+	import base64, json, sys
+	config, out = json.load(open(sys.argv[1])), sys.argv[2]  # tinycode-local writes it as JSON
+	cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+	open(f"{out}/token", "w").write(user["token"])
+	open(f"{out}/ca.crt", "wb").write(base64.b64decode(cluster["certificate-authority-data"]))
 	open(f"{out}/namespace", "w").write("tinycode-operator-system")
-	host, port = field("server").removeprefix("https://").rsplit(":", 1)
+	host, port = cluster["server"].removeprefix("https://").rsplit(":", 1)
 	open(f"{out}/server", "w").write(f"{host} {port}\n")
 	EOF
 read -r SA_HOST SA_PORT <"$SA/server"

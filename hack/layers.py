@@ -43,6 +43,8 @@ LAYERS = [
     {"render"},
     {"vllm"},
     {"ops"},
+    {"activity"},
+    {"signin"},
     {"helm", "gate"},
     {"reconcile"},
     {"cli"},

@@ -446,7 +446,7 @@ fn ollama_bundle_lives_in_the_same_release() {
 
 #[test]
 fn a_gpu_class_places_ollama_on_gpu_nodes_and_leaves_the_ide_where_it_was() {
-    use tinycode_operator::reconcile::policy::{Choice, apply};
+    use tinycode_operator::reconcile::class_policy::{Choice, apply};
     let class = json!({
         "tinycode": {"defaults": {"limits": {"cpu": "3", "memory": "6Gi"}}, "max": {"cpu": "4"}, "runtimeClassName": "kata"},
         "ollama": {"defaults": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}},

@@ -3,7 +3,7 @@
 //! A class fills in what an instance leaves unset (image, resources,
 //! placement, idle timeout) and caps what it may ask for (resources, storage,
 //! modes, instances per namespace). The decisions live in
-//! [`crate::reconcile::policy`]; these are only the types the CRD is generated from.
+//! [`crate::reconcile::class_policy`]; these are only the types the CRD is generated from.
 
 use std::collections::BTreeMap;
 

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod class;
-pub mod duration;
+pub(crate) mod duration;
 pub mod naming;
 mod parts;
 mod status;

@@ -130,20 +130,20 @@ async fn serve_beside(
         .await
         .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
     let Some(oidc) = settings.signin.oidc.clone() else { return Ok(()) };
-    let provider = crate::ops::oidc::Provider::new(oidc);
+    let provider = crate::signin::oidc::Provider::new(oidc);
     tracing::info!(addr = %args.oidc_relay_addr, issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
-    let relay = crate::ops::oidc::Relay::new(
+    let relay = crate::signin::oidc::Relay::new(
         provider,
-        Arc::new(crate::ops::oidc::CachedInstances::start(client, &settings.watch_scope)),
-        Arc::new(crate::ops::oidc::KubeAccessReviews { client: client.clone() }),
+        Arc::new(crate::signin::oidc::CachedInstances::start(client, &settings.watch_scope)),
+        Arc::new(crate::signin::oidc::KubeAccessReviews { client: client.clone() }),
     );
     let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
         .await
         .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;
     tokio::spawn(crate::ops::http_server::serve(
         listener,
-        crate::ops::oidc::relay_router(relay),
-        crate::ops::oidc::RELAY_LIMITS,
+        crate::signin::oidc::relay_router(relay),
+        crate::signin::oidc::RELAY_LIMITS,
     ));
     Ok(())
 }

@@ -41,8 +41,8 @@ fn render(
     let inst = read_instance(file, namespace).map_err(|m| (2, format!("error: {m}")))?;
     let class = class.map(|c| read_class(c, &inst)).transpose().map_err(|m| (2, format!("error: {m}")))?;
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
-    let warnings =
-        crate::reconcile::validate::spec_rules(&inst, settings).map_err(|e| (1, format!("invalid spec: {e}")))?;
+    let warnings = crate::reconcile::stages::validate::spec_rules(&inst, settings)
+        .map_err(|e| (1, format!("invalid spec: {e}")))?;
     let providers = if offline {
         Vec::new()
     } else {
@@ -51,20 +51,20 @@ fn render(
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         runtime.block_on(crate::vllm::Prober::new(settings.probes.clone()).probe_all(&targets))
     };
-    let mut observed = crate::reconcile::observe::Observed::assumed(providers);
+    let mut observed = crate::reconcile::stages::observe::Observed::assumed(providers);
     let class_warning = match class {
         Some(c) => {
             observed.class =
-                crate::reconcile::policy::choose(inst.spec.class_name.as_deref(), &[std::sync::Arc::new(c)]);
+                crate::reconcile::class_policy::choose(inst.spec.class_name.as_deref(), &[std::sync::Arc::new(c)]);
             None
         }
         None => inst.spec.class_name.as_ref().map(|name| {
             format!("spec.className {name}: its limits are not checked; pass --class <file> with the TinycodeClass to check them")
         }),
     };
-    let valid = crate::reconcile::validate::validate(&observed, &inst, settings, warnings)
+    let valid = crate::reconcile::stages::validate::validate(&observed, &inst, settings, warnings)
         .map_err(|e| (1, format!("error: {}", e.message)))?;
-    let plan = crate::reconcile::plan::plan(&valid, &observed, settings);
+    let plan = crate::reconcile::stages::plan::plan(&valid, &observed, settings);
     let mut warnings = valid.warnings.clone();
     for c in plan.conditions.iter().filter(|_| !offline) {
         if c.type_ == crate::reconcile::conditions::VLLM_WARNING && c.status

@@ -13,7 +13,7 @@ use hyper::service::service_fn;
 use k8s_openapi::jiff::Timestamp;
 use tokio::net::TcpListener;
 
-use crate::ops::activity::{self, Activity, JudgedBy};
+use crate::activity::report::{self as activity, Activity, JudgedBy};
 use crate::ops::http_server::{self, Limits};
 
 /// Path of the report, on the gate's activity port and in the image.

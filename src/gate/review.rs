@@ -173,7 +173,7 @@ impl RelayReviewer {
         // Read each time: a rotated client secret changes the credential.
         let credential = std::fs::read_to_string(&self.credential_file)
             .map_err(|e| format!("cannot read the relay credential {}: {e}", self.credential_file.display()))?;
-        let body = crate::ops::oidc::ReviewRequest { user: user.to_string(), groups: groups.to_vec() };
+        let body = crate::signin::oidc::ReviewRequest { user: user.to_string(), groups: groups.to_vec() };
         let answer = self
             .http
             .post(&self.url)
@@ -187,7 +187,7 @@ impl RelayReviewer {
             return Err(format!("the operator's relay answered HTTP {status}"));
         }
         let bytes = answer.bytes().await.map_err(|e| format!("the operator's relay's answer: {e}"))?;
-        let answer: crate::ops::oidc::ReviewAnswer =
+        let answer: crate::signin::oidc::ReviewAnswer =
             serde_json::from_slice(&bytes).map_err(|e| format!("the operator's relay's answer: {e}"))?;
         Ok(if answer.allowed { Decision::Allowed } else { Decision::Forbidden })
     }

@@ -177,9 +177,9 @@ async fn requests_let_through_count_as_activity_and_refused_ones_do_not() {
     tokio::spawn(activity::serve(listener, tracker.clone()));
     let report = get(report_addr, activity::PATH, &[]).await;
     let body = report.split("\r\n\r\n").nth(1).unwrap();
-    let parsed = crate::ops::activity::parse(body.as_bytes(), k8s_openapi::jiff::Timestamp::now()).unwrap();
+    let parsed = crate::activity::report::parse(body.as_bytes(), k8s_openapi::jiff::Timestamp::now()).unwrap();
     assert_eq!(parsed.last_activity, tracker.last());
-    assert_eq!(parsed.judged_by, crate::ops::activity::JudgedBy::Requests);
+    assert_eq!(parsed.judged_by, crate::activity::report::JudgedBy::Requests);
     assert!(get(report_addr, "/other", &[]).await.starts_with("HTTP/1.1 404"));
 }
 

@@ -17,11 +17,11 @@
 //! this process left behind is told from one another replica may still be
 //! writing ([`crate::helm::release::may_discard_pending`]).
 
-pub mod digest;
-pub mod manifest;
-pub mod release;
-pub mod remediation;
-pub mod version;
+pub(crate) mod digest;
+pub(crate) mod manifest;
+pub(crate) mod release;
+pub(crate) mod remediation;
+pub(crate) mod version;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;

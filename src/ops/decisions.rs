@@ -111,10 +111,12 @@ impl DecisionCache {
         self.entries.insert(key, (decision, now + ttl));
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -149,10 +151,12 @@ impl Decisions {
     }
 
     /// Decisions remembered now (expired ones included until they are dropped).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.cache.lock().expect("lock").len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -2,12 +2,10 @@
 //! read the metrics), leader election, and the authorization decisions the
 //! metrics and instance gates cache.
 
-pub mod activity;
-pub mod decisions;
+pub(crate) mod decisions;
 pub mod digest_key;
-pub mod health;
-pub mod http_server;
+pub(crate) mod health;
+pub(crate) mod http_server;
 pub mod leader;
 pub mod metrics;
-pub mod metrics_auth;
-pub mod oidc;
+pub(crate) mod metrics_auth;

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use crate::api::TinycodeInstance;
 
 /// The `namespace/name` an instance is known by in metrics and in
-/// [`super::written::WrittenStatuses`].
+/// [`super::caches::written::WrittenStatuses`].
 pub fn instance_key(inst: &TinycodeInstance) -> String {
     format!("{}/{}", inst.namespace().unwrap_or_default(), inst.name_any())
 }

@@ -13,7 +13,8 @@ use crate::api::TinycodeInstance;
 use crate::helm::{Helm, manifest, remediation::RetryBudget};
 use crate::ops::metrics::Metrics;
 use crate::reconcile::basics::truncate;
-use crate::reconcile::{idle, noise, stores, written};
+use crate::reconcile::caches::{noise, stores, written};
+use crate::reconcile::idle;
 use crate::settings::Settings;
 use crate::vllm;
 
@@ -40,7 +41,7 @@ pub struct Context {
     /// Instances whose finalizer this process removed.
     pub(super) finalized: written::Finalized,
     /// The OpenID Connect provider of auth.mode oidc, when configured.
-    pub oidc: Option<Arc<crate::ops::oidc::Provider>>,
+    pub oidc: Option<Arc<crate::signin::oidc::Provider>>,
     /// The last activity check of each instance with an idle timeout.
     pub activity: Arc<idle::Observations>,
     /// Warning events of failures, at most one per namespace and reason a window.
@@ -55,7 +56,7 @@ impl Context {
         let recorder = Recorder::new(client.clone(), reporter.clone());
         let prober = vllm::Prober::new(settings.probes.clone());
         let retries = Mutex::new(RetryBudget::new(settings.max_retries));
-        let oidc = settings.signin.oidc.clone().map(crate::ops::oidc::Provider::new);
+        let oidc = settings.signin.oidc.clone().map(crate::signin::oidc::Provider::new);
         Self {
             oidc,
             activity: Arc::default(),

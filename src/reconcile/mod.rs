@@ -3,47 +3,43 @@
 //! | stage | file | touches the API |
 //! |---|---|---|
 //! | spec rules | [`rules`] | no |
-//! | observe | [`observe`] (from [`stores`]) | reads |
-//! | validate | [`validate`] | no |
-//! | (the three above, as one verdict) | [`admit`] | reads |
+//! | observe | [`stages::observe`] (from [`caches::stores`]) | reads |
+//! | validate | [`stages::validate`] (classes: [`class_policy`]) | no |
+//! | (the three above, as one verdict) | [`stages::admit`] | reads |
 //! | withdraw what is not approved | [`revoke`] | writes |
-//! | plan | [`plan`] | no |
-//! | execute | [`execute`], [`helm_run`] | writes |
-//! | status | [`status`] | no (written by execute) |
-//! | delete | [`cleanup`] | reads and writes |
+//! | plan | [`stages::plan`] | no |
+//! | execute | [`stages::execute`] (helm: `execute/helm_run.rs`) | writes |
+//! | status | [`stages::status`] | no (written by execute) |
+//! | delete | [`stages::cleanup`] | reads and writes |
+//!
+//! Beside the stages: [`caches`] (what the reconcile remembers between runs:
+//! the watched stores, what it last wrote, which events wake it, how often a
+//! namespace hears of a failure), [`idle`] (idle stop: pure decisions, and
+//! the loop that reads activity), and the small parts every stage shares
+//! ([`context`], [`basics`], [`calls`], [`error`], [`marks`], [`reason`]).
 //!
 //! This file wires the stages to kube's controller and finalizer.
 
-pub mod admit;
-pub mod approval;
-pub mod basics;
-pub mod calls;
-pub mod cleanup;
-pub mod condition_types;
+pub(crate) mod approval;
+pub(crate) mod basics;
+pub(crate) mod caches;
+pub(crate) mod calls;
+pub mod class_policy;
+pub(crate) mod condition_types;
 pub mod conditions;
-pub mod context;
+pub(crate) mod context;
 pub mod diagnose;
-pub mod discover;
+pub(crate) mod discover;
 pub mod error;
-pub mod execute;
-pub mod helm_run;
-pub mod hosts;
-pub mod idle;
-pub mod kubeconfig;
-pub mod marks;
-pub mod noise;
-pub mod observe;
-pub mod plan;
-pub mod policy;
+pub(crate) mod hosts;
+pub(crate) mod idle;
+pub(crate) mod kubeconfig;
+pub(crate) mod marks;
 pub mod reason;
-pub mod revoke;
+pub(crate) mod revoke;
 pub mod rules;
-pub mod status;
-pub mod status_writes;
-pub mod stores;
-pub mod triggers;
-pub mod validate;
-pub mod written;
+pub mod stages;
+pub(crate) mod status_writes;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -56,6 +52,10 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
+
+use caches::{stores, triggers};
+use stages::execute::helm_run;
+use stages::{admit, cleanup, execute, observe, plan, status};
 
 use crate::api::{FINALIZER, Phase, TinycodeInstance};
 use crate::helm::Helm;
@@ -119,7 +119,7 @@ pub async fn run(
     tokio::spawn(idle::watch(
         reader.clone(),
         ctx.settings.idle.clone(),
-        Arc::new(crate::ops::activity::Reader::new(&ctx.settings.probes)),
+        Arc::new(crate::activity::report::Reader::new(&ctx.settings.probes)),
         ctx.activity.clone(),
         ctx.metrics.clone(),
         wake,
@@ -354,10 +354,10 @@ async fn suspended(ctx: &Context, inst: &TinycodeInstance) -> Result<Action, Err
 async fn enforce_idle(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Option<idle::IdleState> {
     use crate::api::naming;
     let class_idle = match observe::class_of(ctx, inst).0 {
-        policy::Choice::Found { spec, .. } => spec.idle.clone(),
+        class_policy::Choice::Found { spec, .. } => spec.idle.clone(),
         _ => None,
     };
-    let settings = policy::idle_settings(class_idle.as_ref(), &ctx.settings.idle);
+    let settings = class_policy::idle_settings(class_idle.as_ref(), &ctx.settings.idle);
     if !settings.required {
         return None;
     }

@@ -51,7 +51,7 @@ pub struct Held {
     /// The Deployment exists and was not scaled down by a revocation yet.
     pub workload_running: bool,
     /// What the workloads run (a class's limits apply to it).
-    pub running: crate::reconcile::policy::Running,
+    pub running: crate::reconcile::class_policy::Running,
 }
 
 /// Something granted whose approval is gone.
@@ -65,7 +65,7 @@ pub enum Withdraw {
     HostPathWrites,
     /// What runs is beyond its class now (an image, a mode, resources): the
     /// workload concerned stops.
-    BeyondClass(crate::reconcile::policy::Beyond),
+    BeyondClass(crate::reconcile::class_policy::Beyond),
 }
 
 impl Withdraw {
@@ -145,11 +145,13 @@ pub fn withdrawals(
 /// class no longer allows (its image, git or Ollama, resources above a cap).
 pub fn class_withdrawals(class: Option<(&str, &crate::api::TinycodeClassSpec)>, held: &Held) -> Vec<Withdraw> {
     use crate::api::Mode;
-    use crate::reconcile::policy::permits;
+    use crate::reconcile::class_policy::permits;
     let mut out = Vec::new();
     if let Some((name, spec)) = class {
         out.extend(
-            crate::reconcile::policy::beyond_class(name, spec, &held.running).into_iter().map(Withdraw::BeyondClass),
+            crate::reconcile::class_policy::beyond_class(name, spec, &held.running)
+                .into_iter()
+                .map(Withdraw::BeyondClass),
         );
     }
     let class = class.map(|(_, spec)| spec);
@@ -245,9 +247,9 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
     };
     let deployment = stores.deployments.get(&ObjectRef::new(&naming::fullname(&name)).within(&ns));
     let ollama = stores.deployments.get(&ObjectRef::new(&naming::ollama(&name)).within(&ns));
-    let mut running = crate::reconcile::policy::Running::default();
+    let mut running = crate::reconcile::class_policy::Running::default();
     if let Some((image, tinycode, git, replicas)) = running_of(deployment.as_deref(), "tinycode") {
-        running = crate::reconcile::policy::Running { image: Some(image), tinycode, git, replicas, ..running };
+        running = crate::reconcile::class_policy::Running { image: Some(image), tinycode, git, replicas, ..running };
     }
     running.ollama = running_of(ollama.as_deref(), "ollama").map(|(_, lists, _, _)| lists);
     Ok(Held {
@@ -339,8 +341,8 @@ pub async fn revoke(ctx: &Context, inst: &TinycodeInstance, why: &str) -> Result
 /// the one it was last rendered under (`status.class`): renaming className
 /// to a missing class leaves the release running under its old class.
 fn governing_class(ctx: &Context, inst: &TinycodeInstance) -> Option<(String, crate::api::TinycodeClassSpec)> {
-    use crate::reconcile::policy::Choice;
-    match crate::reconcile::observe::class_of(ctx, inst).0 {
+    use crate::reconcile::class_policy::Choice;
+    match crate::reconcile::stages::observe::class_of(ctx, inst).0 {
         Choice::Found { name, spec, .. } => Some((name, *spec)),
         _ => {
             let last = inst.status.as_ref()?.class.clone()?;

@@ -10,10 +10,10 @@ use serde_json::json;
 
 use crate::api::{TinycodeInstance, TinycodeInstanceStatus};
 use crate::helm::release;
+#[cfg(doc)]
+use crate::reconcile::caches::written;
 use crate::reconcile::calls::apply_params;
 use crate::reconcile::context::Context;
-#[cfg(doc)]
-use crate::reconcile::written;
 
 /// Writes the status (server-side apply of the status subresource) and
 /// remembers it for reconciles woken before the cache shows it.

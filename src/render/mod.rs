@@ -5,6 +5,6 @@
 pub mod config;
 pub mod ingress;
 pub mod route;
-pub mod secret;
+pub(crate) mod secret;
 pub mod signin;
 pub mod values;

@@ -10,7 +10,7 @@
 //! ([`netguard::DNS_SLOTS`]) and discovered Services per instance.
 
 mod models;
-pub mod netguard;
+pub(crate) mod netguard;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -237,11 +237,12 @@ impl fmt::Debug for GuardedResolver {
 impl GuardedResolver {
     /// A resolver configured like the system's (/etc/resolv.conf), each
     /// lookup bounded by `timeout`.
+    #[cfg(test)]
     pub fn new(allow_loopback: bool, timeout: Duration) -> Self {
         Self::with_nameservers(allow_loopback, timeout, &[])
     }
 
-    /// [`GuardedResolver::new`], asking only `nameservers` when any are given
+    /// A resolver configured like the system's, asking only `nameservers` when any are given
     /// (`/etc/hosts` still answers first).
     pub fn with_nameservers(allow_loopback: bool, timeout: Duration, nameservers: &[SocketAddr]) -> Self {
         if !nameservers.is_empty() {

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use tinycode_operator::api::TinycodeInstance;
-use tinycode_operator::reconcile::policy::{self, Choice};
+use tinycode_operator::reconcile::class_policy::{self, Choice};
 use tinycode_operator::render::config;
 use tinycode_operator::render::values::{self, Approved, InstanceRef};
 use tinycode_operator::settings::Settings;
@@ -148,7 +148,7 @@ pub fn files() -> Vec<(String, String)> {
         .enumerate()
         .map(|(index, s)| {
             let inst = instance(s, index);
-            let applied = policy::apply(&Choice::None, &inst.spec, &settings, 0).expect("no class refuses a sample");
+            let applied = class_policy::apply(&Choice::None, &inst.spec, &settings, 0).expect("no class refuses a sample");
             let spec = applied.spec;
             let name = inst.metadata.name.clone().expect("samples are named");
             let uid = inst.metadata.uid.clone().unwrap_or_default();

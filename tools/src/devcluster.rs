@@ -348,7 +348,8 @@ pub async fn write_operator_kubeconfig(client: &Client, admin_kubeconfig: &Path,
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
         "current-context": "operator",
     });
-    write_private(out, serde_saphyr::to_string(&config)?.as_bytes())?;
+    // JSON is YAML too: every kubeconfig reader takes it, and scripts read it without a YAML parser.
+    write_private(out, serde_json::to_string_pretty(&config)?.as_bytes())?;
     Ok(())
 }
 

@@ -23,7 +23,7 @@ use crate::api::duration::{format as format_duration, parse as parse_duration};
 use crate::api::{IdleStatus, Phase, START_REQUEST_ANNOTATION, TinycodeInstance, TinycodeInstanceSpec};
 
 mod watch;
-use crate::ops::activity::Activity;
+use crate::activity::report::Activity;
 use crate::settings::IdleSettings;
 pub use watch::watch;
 
@@ -322,7 +322,7 @@ pub fn in_force(inst: &TinycodeInstance, settings: &IdleSettings) -> Option<Dura
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::activity::JudgedBy;
+    use crate::activity::report::JudgedBy;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()

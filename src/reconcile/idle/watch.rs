@@ -12,9 +12,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::{Observation, Observations, Verdict, in_force, verdict, watched};
+use crate::activity::report as activity;
 use crate::api::TinycodeInstance;
 use crate::api::naming;
-use crate::ops::activity;
 use crate::settings::IdleSettings;
 
 /// Checks the instances with a timeout for as long as the process runs;

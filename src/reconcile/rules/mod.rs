@@ -14,7 +14,7 @@ use crate::api::{self, TinycodeInstanceSpec};
 use crate::settings::Settings;
 
 pub(crate) mod checks;
-pub mod quantity;
+pub(crate) mod quantity;
 
 /// One rule a spec breaks.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -40,7 +40,7 @@ async fn replicas(c: &Client, ns: &str, deployment: &str) -> Result<Option<i32>,
 pub async fn tenant_viewer_cannot_test_passwords_against_the_pod_template(env: &mut Env) -> TestResult {
     use k8s_openapi::api::core::v1::Secret;
     use tinycode_operator::ops::digest_key;
-    use tinycode_operator::reconcile::observe::secret_digest;
+    use tinycode_operator::reconcile::stages::observe::secret_digest;
     use tinycode_operator::render::values::sha256_hex;
     let admin = env.client().await;
     let alice = tenant(env, "alice", "digest").await?;

@@ -15,8 +15,8 @@ use crate::api::naming;
 use crate::helm::{Mode, release};
 use crate::reconcile::calls::delete_ignoring_missing;
 use crate::reconcile::error::During;
-use crate::reconcile::plan::{HelmRun, Plan};
 use crate::reconcile::reason::Blocked;
+use crate::reconcile::stages::plan::{HelmRun, Plan};
 use crate::reconcile::status_writes::await_revision;
 use crate::reconcile::{Context, Error, conditions};
 use crate::watch_scope::cluster_api;
@@ -51,7 +51,7 @@ pub async fn run(ctx: &Context, inst: &TinycodeInstance, plan: &Plan, why: &Helm
             // (another namespace's admin can revoke them): ask again next time.
             let own = plan.values.instance.namespace.as_str();
             let others = plan.values.discovery.namespaces.iter().map(String::as_str);
-            crate::reconcile::observe::forget_prepared(ctx, std::iter::once(own).chain(others));
+            crate::reconcile::stages::observe::forget_prepared(ctx, std::iter::once(own).chain(others));
             roll_back_to_last_good(ctx, inst, release_name).await;
             let max = ctx.retries.lock().expect("lock").max();
             if failures >= max {

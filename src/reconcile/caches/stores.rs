@@ -1,7 +1,7 @@
 //! Everything the reconcile reads, kept current by watches: one reflector
 //! per kind, so a resync reads memory instead of the API server. Kinds the
 //! instances own also wake their owner, but only when a field the reconcile
-//! reads changed (see [`crate::reconcile::triggers`]).
+//! reads changed (see [`crate::reconcile::caches::triggers`]).
 
 use std::hash::Hash;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{TinycodeClass, TinycodeInstance};
 use crate::platform::openshift::{Route, SecurityContextConstraints};
-use crate::reconcile::triggers::{
+use crate::reconcile::caches::triggers::{
     hash_deployment, hash_ingress, hash_meta, hash_namespace, hash_route, relevant, relevant_owned,
 };
 use crate::watch_scope::{WatchScope, cluster_api};
@@ -441,15 +441,16 @@ fn wake_on_policy(
     // or have been, the default), through the controller's normal queue.
     let (classes, s) = reflect(cluster_api::<TinycodeClass>(client), config());
     let waking = instances.clone();
-    let c = c.watches_stream(relevant(s, crate::reconcile::triggers::hash_class), move |class: TinycodeClass| {
-        let name = class.metadata.name.clone().unwrap_or_default();
-        waking
-            .state()
-            .iter()
-            .filter(|i| i.spec.class_name.as_deref().is_none_or(|n| n == name))
-            .map(|i| ObjectRef::from_obj(&**i))
-            .collect::<Vec<_>>()
-    });
+    let c =
+        c.watches_stream(relevant(s, crate::reconcile::caches::triggers::hash_class), move |class: TinycodeClass| {
+            let name = class.metadata.name.clone().unwrap_or_default();
+            waking
+                .state()
+                .iter()
+                .filter(|i| i.spec.class_name.as_deref().is_none_or(|n| n == name))
+                .map(|i| ObjectRef::from_obj(&**i))
+                .collect::<Vec<_>>()
+        });
     (classes, c)
 }
 
@@ -505,6 +506,7 @@ impl Cached {
 }
 
 /// Empty stores that never fill (for tests of the stages after observe).
+#[cfg(test)]
 pub fn empty(platform: crate::platform::Platform) -> Stores {
     fn s<K: Resource<DynamicType = ()> + Clone + 'static>() -> Store<K> {
         reflector::store().0

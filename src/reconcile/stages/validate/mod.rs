@@ -16,9 +16,9 @@ use crate::platform::{self, Platform};
 use crate::reconcile::conditions::{self, Desired};
 use crate::reconcile::discover::approved_discovery;
 use crate::reconcile::kubeconfig::kubeconfig_warnings;
-use crate::reconcile::observe::{KubeconfigFacts, Observed, SecretFacts};
 use crate::reconcile::reason::Blocked;
-use crate::reconcile::{approval, policy, rules};
+use crate::reconcile::stages::observe::{KubeconfigFacts, Observed, SecretFacts};
+use crate::reconcile::{approval, class_policy, rules};
 use crate::settings::Settings;
 
 use crate::reconcile::marks::PASSWORD_KEY;
@@ -104,7 +104,7 @@ pub fn owner_reference(inst: &TinycodeInstance) -> OwnerReference {
 }
 
 /// Why the instance may not run (what it held without approval is withdrawn
-/// by [`super::revoke`]).
+/// by [`crate::reconcile::revoke`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Invalid {
@@ -238,7 +238,7 @@ fn offline(
     tier: SccTier,
     settings: &Settings,
     mut warnings: Vec<String>,
-    applied: policy::Applied,
+    applied: class_policy::Applied,
 ) -> Result<ValidInstance, Invalid> {
     let name = inst.metadata.name.clone().unwrap_or_default();
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
@@ -270,14 +270,14 @@ fn offline(
 
 /// The instance's class applied to its spec, or why it is beyond it.
 pub fn class_policy(
-    choice: &policy::Choice,
+    choice: &class_policy::Choice,
     rank: usize,
     spec: &TinycodeInstanceSpec,
     settings: &Settings,
-) -> Result<policy::Applied, Invalid> {
-    policy::apply(choice, spec, settings, rank).map_err(|exceeds| {
+) -> Result<class_policy::Applied, Invalid> {
+    class_policy::apply(choice, spec, settings, rank).map_err(|exceeds| {
         let reason = match choice {
-            policy::Choice::Missing(_) => Blocked::ClassNotFound,
+            class_policy::Choice::Missing(_) => Blocked::ClassNotFound,
             _ => Blocked::ExceedsPolicy,
         };
         let message = exceeds.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
@@ -289,14 +289,14 @@ pub fn class_policy(
 /// `ns`: its namespaceSelector matches the namespace's labels. A selector
 /// that cannot be read permits nothing.
 fn class_permitted(
-    choice: &policy::Choice,
+    choice: &class_policy::Choice,
     spec: &TinycodeInstanceSpec,
     labels: &std::collections::BTreeMap<String, String>,
     ns: &str,
     cli: &str,
 ) -> Result<(), Invalid> {
     use kube::core::{Selector, SelectorExt};
-    let policy::Choice::Found { name, spec: class, .. } = choice else { return Ok(()) };
+    let class_policy::Choice::Found { name, spec: class, .. } = choice else { return Ok(()) };
     let Some(selector) = &class.namespace_selector else { return Ok(()) };
     if Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels)) {
         return Ok(());
@@ -421,8 +421,10 @@ fn signin(
         ));
     }
     let secret = naming::signin_secret(name);
-    mounted
-        .push(crate::reconcile::observe::content_digest(&secret, data.iter().map(|(k, v)| (k.as_str(), v.as_bytes()))));
+    mounted.push(crate::reconcile::stages::observe::content_digest(
+        &secret,
+        data.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+    ));
     Ok(Some(Signin { write: facts.current.as_ref() != Some(&data), secret, data, endpoints }))
 }
 
@@ -555,7 +557,7 @@ fn password(
                 return Err(blocked(Blocked::PasswordGenerationFailed, "no random password was drawn"));
             };
             let data = [(PASSWORD_KEY, password.as_bytes())];
-            mounted.push(crate::reconcile::observe::content_digest(&secret, data.into_iter()));
+            mounted.push(crate::reconcile::stages::observe::content_digest(&secret, data.into_iter()));
             Ok(Some((secret, password)))
         }
         (None, SecretFacts::Present { keys, digest }) => {
@@ -653,7 +655,7 @@ fn kubeconfig(
             ),
         ));
     };
-    mounted.push(crate::reconcile::observe::secret_digest(secret));
+    mounted.push(crate::reconcile::stages::observe::secret_digest(secret));
     let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(key)) else {
         return Err(blocked(
             Blocked::KubeconfigKeyMissing,

@@ -10,9 +10,9 @@
 use crate::api::TinycodeInstance;
 use crate::reconcile::context::Context;
 use crate::reconcile::error::Error;
-use crate::reconcile::observe::{self, Observed};
 use crate::reconcile::rules::InvalidSpec;
-use crate::reconcile::validate::{self, Invalid, ValidInstance};
+use crate::reconcile::stages::observe::{self, Observed};
+use crate::reconcile::stages::validate::{self, Invalid, ValidInstance};
 
 /// What admission decided.
 #[derive(Debug)]

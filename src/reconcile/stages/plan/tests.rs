@@ -10,8 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 use super::*;
 use crate::api::TinycodeInstance;
 use crate::reconcile::conditions;
-use crate::reconcile::observe::{Observed, ReleaseFacts, SecretFacts};
-use crate::reconcile::validate;
+use crate::reconcile::stages::observe::{Observed, ReleaseFacts, SecretFacts};
+use crate::reconcile::stages::validate;
 
 pub(crate) fn instance(spec: serde_json::Value) -> TinycodeInstance {
     let mut inst = TinycodeInstance::new("dev", serde_json::from_value(spec).expect("spec"));
@@ -414,7 +414,7 @@ fn a_generated_password_is_created_once_and_digested_before_it_exists() {
     let mut obs2 = observed();
     obs2.password = SecretFacts::Present {
         keys: vec![crate::reconcile::marks::PASSWORD_KEY.into()],
-        digest: crate::reconcile::observe::secret_digest(&created),
+        digest: crate::reconcile::stages::observe::secret_digest(&created),
     };
     assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");
     assert!(plan_for(&inst, &obs2).password_secret.is_none());

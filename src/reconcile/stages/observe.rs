@@ -22,8 +22,8 @@ use crate::helm::{manifest, release};
 use crate::platform::openshift::Route;
 use crate::platform::prepare;
 use crate::platform::scc::ALL_TIERS;
+use crate::reconcile::caches::stores::Lookup;
 use crate::reconcile::error::During;
-use crate::reconcile::stores::Lookup;
 use crate::reconcile::{Context, Error, discover};
 use crate::vllm::Report;
 use crate::watch_scope::{cluster_api, cluster_api_dynamic};
@@ -75,7 +75,7 @@ pub struct Observed {
     /// When this was observed (idle stop measures time from it).
     pub now: k8s_openapi::jiff::Timestamp,
     /// The TinycodeClass that applies.
-    pub class: crate::reconcile::policy::Choice,
+    pub class: crate::reconcile::class_policy::Choice,
     /// Instances of that class in the namespace created before this one.
     pub class_rank: usize,
     /// Secrets named by spec.imagePullSecrets, spec.env and the vLLM
@@ -215,10 +215,10 @@ pub async fn observe(ctx: &Context, inst: &TinycodeInstance) -> Result<Observed,
 
 /// The class that applies to `inst` and how many older instances of it the
 /// namespace holds (from the watches).
-pub fn class_of(ctx: &Context, inst: &TinycodeInstance) -> (crate::reconcile::policy::Choice, usize) {
-    use crate::reconcile::policy::{self, Choice};
+pub fn class_of(ctx: &Context, inst: &TinycodeInstance) -> (crate::reconcile::class_policy::Choice, usize) {
+    use crate::reconcile::class_policy::{self, Choice};
     let classes = ctx.stores.classes.state();
-    let choice = policy::choose(inst.spec.class_name.as_deref(), &classes);
+    let choice = class_policy::choose(inst.spec.class_name.as_deref(), &classes);
     let Choice::Found { name, spec, .. } = &choice else { return (choice, 0) };
     if spec.max_instances_per_namespace.is_none() {
         return (choice, 0);
@@ -231,11 +231,11 @@ pub fn class_of(ctx: &Context, inst: &TinycodeInstance) -> (crate::reconcile::po
         .iter()
         .filter(|i| i.metadata.namespace.as_deref() == Some(ns.as_str()) && i.metadata.deletion_timestamp.is_none())
         .filter(|i| i.metadata.uid != inst.metadata.uid)
-        .filter(|i| policy::counts_against(i, name, &classes))
+        .filter(|i| class_policy::counts_against(i, name, &classes))
         .map(|i| (stamp(i), i.name_any()))
         .collect();
     let me = (stamp(inst), inst.name_any());
-    let rank = policy::rank((&me.0, &me.1), same.iter().map(|(a, b)| (a.as_str(), b.as_str())));
+    let rank = class_policy::rank((&me.0, &me.1), same.iter().map(|(a, b)| (a.as_str(), b.as_str())));
     (choice, rank)
 }
 
@@ -248,7 +248,7 @@ const MAX_API_KEY_LEN: usize = 4096;
 async fn referenced_secrets(api: &Api<Secret>, inst: &TinycodeInstance, o: &mut Observed) -> Result<(), Error> {
     let spec = &inst.spec;
     let class_pulls: Vec<String> = match &o.class {
-        crate::reconcile::policy::Choice::Found { spec, .. } => {
+        crate::reconcile::class_policy::Choice::Found { spec, .. } => {
             spec.image_pull_secrets.iter().map(|s| s.name.clone()).collect()
         }
         _ => Vec::new(),

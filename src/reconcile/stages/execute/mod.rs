@@ -2,6 +2,8 @@
 //! write is skipped when the plan left it out (the cluster already holds
 //! it), so an unchanged instance costs no request here.
 
+pub(crate) mod helm_run;
+
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -17,7 +19,7 @@ use crate::api::naming;
 use crate::platform::openshift::Route;
 use crate::reconcile::calls::{apply_params, delete_ignoring_missing};
 use crate::reconcile::error::During;
-use crate::reconcile::plan::{Exposure, Plan};
+use crate::reconcile::stages::plan::{Exposure, Plan};
 use crate::reconcile::{Context, Error};
 use crate::watch_scope::cluster_api;
 
@@ -65,7 +67,7 @@ pub async fn execute(ctx: &Context, inst: &TinycodeInstance, plan: &Plan) -> Res
             .during("copy the kubeconfig Secret")?;
     }
     let revision = match &plan.helm {
-        Some(run) => crate::reconcile::helm_run::run(ctx, inst, plan, run).await?,
+        Some(run) => helm_run::run(ctx, inst, plan, run).await?,
         None => plan.revision.unwrap_or_default(),
     };
     let (route, ingress) = expose(ctx, &ns, &name, &plan.exposure).await?;

@@ -11,9 +11,9 @@ use tower_test::mock;
 
 use super::*;
 use crate::platform::scc::SccTier;
-use crate::reconcile::plan::tests::{instance, observed, plan_for};
+use crate::reconcile::caches::stores;
 use crate::reconcile::revoke::{Withdraw, withdraw_one};
-use crate::reconcile::stores;
+use crate::reconcile::stages::plan::tests::{instance, observed, plan_for};
 use crate::settings::Settings;
 
 type Seen = Arc<Mutex<Vec<String>>>;
@@ -64,7 +64,7 @@ async fn a_new_instance_gets_its_password_grant_and_route() {
     let (ctx, seen) = mocked();
     let inst = instance(serde_json::json!({}));
     let mut obs = observed();
-    obs.password = crate::reconcile::observe::SecretFacts::Missing;
+    obs.password = crate::reconcile::stages::observe::SecretFacts::Missing;
     obs.fresh_password = Some("x".repeat(32));
     let plan = without_helm(plan_for(&inst, &obs));
     let outcome = execute(&ctx, &inst, &plan).await.expect("execute");

@@ -22,9 +22,10 @@ use crate::platform::openshift::Route;
 use crate::platform::scc::ALL_TIERS;
 use crate::reconcile::calls::delete_ignoring_missing;
 use crate::reconcile::error::During;
-use crate::reconcile::observe::prepared_live;
+use crate::reconcile::stages::observe::prepared_live;
+use crate::reconcile::stages::status;
 use crate::reconcile::status_writes::write_status;
-use crate::reconcile::{Context, Error, status};
+use crate::reconcile::{Context, Error};
 use crate::watch_scope::cluster_api;
 
 /// Delete path: Terminating → helm uninstall → grants, Route and copies
@@ -37,7 +38,7 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let name = inst.name_any();
     let ns = inst.namespace().unwrap_or_default();
     if inst.status.as_ref().and_then(|s| s.phase) != Some(Phase::Terminating) {
-        let st = status::terminating(inst, &super::now());
+        let st = status::terminating(inst, &crate::reconcile::basics::now());
         if let Err(e) = write_status(ctx, inst, &st).await {
             tracing::debug!(error = %e, "could not mark the instance Terminating");
         }
@@ -73,7 +74,7 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let release_name = naming::release_name(&ns, &name);
     let note = format!("release {release_name} uninstalled and SCC grant removed; {kept}");
     ctx.event(inst, EventType::Normal, "Deleted", "Cleanup", note).await;
-    ctx.metrics.phase(&super::instance_key(inst), None);
+    ctx.metrics.phase(&crate::reconcile::basics::instance_key(inst), None);
     ctx.retries.lock().expect("lock").clear(&ObjectRef::from_obj(inst));
     Ok(Action::await_change())
 }

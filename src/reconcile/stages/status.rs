@@ -9,8 +9,8 @@ use crate::api::{Phase, TinycodeInstance, TinycodeInstanceStatus};
 use crate::reconcile::Error;
 use crate::reconcile::conditions::{self, Desired, Workload};
 use crate::reconcile::diagnose::{Component, Diagnosis};
-use crate::reconcile::execute::Outcome;
-use crate::reconcile::plan::{Exposure, Plan};
+use crate::reconcile::stages::execute::Outcome;
+use crate::reconcile::stages::plan::{Exposure, Plan};
 use crate::render::{ingress, route};
 
 /// Status of an instance whose plan was carried out. Of `inst` only its
@@ -227,8 +227,8 @@ mod tests {
 
     use super::*;
     use crate::platform::openshift::{RouteIngress, RouteIngressCondition, RouteStatus};
-    use crate::reconcile::plan::tests::{instance, observed, plan_for};
     use crate::reconcile::reason::Blocked;
+    use crate::reconcile::stages::plan::tests::{instance, observed, plan_for};
 
     fn deployment(available: i32, current: bool) -> Deployment {
         let mut d = Deployment::default();

@@ -4,7 +4,7 @@
 //! whose finalizer it removed, the wait for a new helm revision to reach the
 //! record cache, and namespaces found prepared (trusted a while). Every
 //! status write goes through
-//! [`write_status_if_changed`](super::status_writes::write_status_if_changed),
+//! [`write_status_if_changed`](crate::reconcile::status_writes::write_status_if_changed),
 //! which keeps these.
 //!
 //! A reconcile woken right after a status write can read the instance from the

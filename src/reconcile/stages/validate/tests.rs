@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::*;
 use crate::platform::scc::HOSTPATH_APPROVAL_LABEL;
-use crate::reconcile::observe::KubeconfigFacts;
-use crate::reconcile::plan::tests::{instance, observed};
+use crate::reconcile::stages::observe::KubeconfigFacts;
+use crate::reconcile::stages::plan::tests::{instance, observed};
 
 fn labelled(obs: &mut Observed, key: &str, value: &str) {
     obs.namespace_labels.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
@@ -321,7 +321,7 @@ fn messages_name_the_platforms_cli() {
     let password = serde_json::json!({"auth": {"passwordSecret": "pw"}});
     let discovery = serde_json::json!({"discovery": {"namespaces": ["elsewhere"]}});
     let unprepared: fn(&mut Observed) = |o| o.namespace_labels = Some(BTreeMap::new());
-    let missing_password: fn(&mut Observed) = |o| o.password = crate::reconcile::observe::SecretFacts::Missing;
+    let missing_password: fn(&mut Observed) = |o| o.password = crate::reconcile::stages::observe::SecretFacts::Missing;
     type Case = (serde_json::Value, fn(&mut Observed));
     let refusals: Vec<Case> = vec![
         (serde_json::json!({}), unprepared),
@@ -391,8 +391,8 @@ fn endpoints() -> crate::render::signin::OidcEndpoints {
 fn signin_facts(
     current: Option<&[(&str, &str)]>,
     credential: Result<&str, &str>,
-) -> crate::reconcile::observe::SigninFacts {
-    crate::reconcile::observe::SigninFacts {
+) -> crate::reconcile::stages::observe::SigninFacts {
+    crate::reconcile::stages::observe::SigninFacts {
         current: current.map(|c| c.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
         fresh_cookie: current.is_none().then(|| "C".repeat(32)),
         relay_credential: Some(credential.map(str::to_string).map_err(str::to_string)),
@@ -411,7 +411,7 @@ fn sign_in_modes_are_refused_where_they_cannot_work() {
     assert_eq!(refused(&openshift, &kubernetes, &observed()), Err(Blocked::SignInUnsupported));
     assert_eq!(refused(&oidc, &Settings::default(), &observed()), Err(Blocked::SignInNotConfigured));
     let mut unreachable = observed();
-    unreachable.signin = Some(crate::reconcile::observe::SigninFacts {
+    unreachable.signin = Some(crate::reconcile::stages::observe::SigninFacts {
         endpoints: Some(Err("GET https://idp.example.com/.well-known/openid-configuration: timed out".into())),
         ..signin_facts(None, Ok("trc1.x"))
     });
@@ -450,7 +450,7 @@ fn the_sign_in_secret_keeps_its_cookie_and_follows_the_credential() {
     assert_eq!(rotated.data.get("relay-credential").map(String::as_str), Some("trc1.bb"));
     // openshift: a cookie secret only, no credential, no endpoints.
     let mut obs = observed();
-    obs.signin = Some(crate::reconcile::observe::SigninFacts {
+    obs.signin = Some(crate::reconcile::stages::observe::SigninFacts {
         relay_credential: None,
         endpoints: None,
         ..signin_facts(Some(&[("cookie-secret", &cookie), ("relay-credential", "trc1.aa")]), Ok(""))
@@ -522,7 +522,7 @@ fn a_host_another_instance_serves_or_asked_for_first_is_refused() {
 
 #[test]
 fn a_class_serves_only_the_namespaces_it_selects_named_or_default() {
-    let class = |default: bool| policy::Choice::Found {
+    let class = |default: bool| class_policy::Choice::Found {
         name: "gpu-pool".into(),
         spec: Box::new(
             serde_json::from_value(serde_json::json!({
@@ -547,7 +547,7 @@ fn a_class_serves_only_the_namespaces_it_selects_named_or_default() {
     }
     // A selector that cannot be read permits nothing.
     let mut obs = observed();
-    obs.class = policy::Choice::Found {
+    obs.class = class_policy::Choice::Found {
         name: "odd".into(),
         spec: Box::new(
             serde_json::from_value(serde_json::json!({"namespaceSelector": {"matchExpressions": [
