@@ -162,7 +162,7 @@ pub struct SettingsArgs {
     /// The bundled chart.
     #[arg(long, global = true, env = "HELM_CHART_PATH", default_value = "helm-charts/tinycode")]
     pub chart_path: PathBuf,
-    /// Helm failures allowed for one rendering (spec, chart, operator version) before the
+    /// Helm failures allowed for one rendering (spec and chart) before the
     /// instance is Stalled; a changed spec or tinycode.dev/reconcile-requested-at tries again.
     #[arg(long, global = true, env = "TINYCODE_MAX_RETRIES", default_value_t = 5)]
     pub max_retries: u32,

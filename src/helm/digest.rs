@@ -1,7 +1,8 @@
 //! The rendering digest: what, besides the values, decides what helm
 //! renders. The chart's own digest (its Chart.yaml version and a hash of every
-//! file) and the operator's version join the values hash, so a new chart or a
-//! new operator re-renders every instance, not only those whose spec changed.
+//! file) joins the values hash, so a new chart re-renders every instance, not
+//! only those whose spec changed. The operator's version does not: a new
+//! operator that renders the same values and chart runs no helm.
 
 use std::path::Path;
 

@@ -1,5 +1,5 @@
 //! How many times helm may fail before the operator gives up (pure). The
-//! budget is per rendering (values, chart digest, operator version) and
+//! budget is per rendering (values, chart digest, rendering epoch) and
 //! reconcile request: a new spec, chart or `tinycode.dev/reconcile-requested-at`
 //! value starts a fresh budget; an exhausted one means `Stalled` and no more
 //! helm runs until then.

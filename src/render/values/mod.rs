@@ -28,7 +28,7 @@ pub use sections::*;
 pub struct Values {
     pub instance: InstanceValues,
     pub names: NameValues,
-    /// Digest of every other value, the chart and the operator version;
+    /// Digest of every other value, the chart and the rendering epoch;
     /// annotated on the Deployment so the operator can tell what was applied.
     pub values_hash: String,
     /// Digest of the mounted Secrets' content (never the content): a pod template annotation.
@@ -166,9 +166,15 @@ fn ingress_sources(settings: &Settings) -> BTreeMap<String, String> {
     }
 }
 
-/// What besides the values decides the rendering: the chart and the operator.
+/// Bump when the operator changes what helm writes from the same values and
+/// chart (the flags or environment it runs helm with). The operator's version
+/// is left out on purpose: an upgrade that renders the same objects runs no
+/// helm, and one that changes them changes the values or the chart.
+pub const RENDERING_EPOCH: u32 = 1;
+
+/// What besides the values decides the rendering: the chart, and how helm is run.
 pub fn rendering(settings: &Settings) -> String {
-    format!("chart {} operator {}", settings.chart_digest, crate::VERSION)
+    format!("chart {} rendering {RENDERING_EPOCH}", settings.chart_digest)
 }
 
 /// Digest of the values with `valuesHash` itself blanked, and of `rendering`.

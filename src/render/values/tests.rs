@@ -108,6 +108,32 @@ fn only_approved_roles_and_namespaces_reach_the_chart() {
     assert_eq!(v.auth.password_secret, "mine");
 }
 
+/// An operator upgrade that renders the same objects runs no helm (the hash
+/// is what the plan compares): settings of the operator's own running, and
+/// its version, do not enter the hash; a gate image does, for sign-in pods.
+#[test]
+fn hash_ignores_what_does_not_render() {
+    let spec = || serde_json::json!({"auth": {"mode": "openshift"}});
+    let a = build(&INST, &serde_json::from_value(spec()).unwrap(), &Settings::default(), &Approved::default(), None);
+    let running = Settings {
+        max_retries: 9,
+        helm_timeout: std::time::Duration::from_secs(1234),
+        blocked_requeue: std::time::Duration::from_secs(7),
+        lease_duration: std::time::Duration::from_secs(99),
+        ..Settings::default()
+    };
+    let b = build(&INST, &serde_json::from_value(spec()).unwrap(), &running, &Approved::default(), None);
+    assert_eq!(a.values_hash, b.values_hash, "settings that render nothing leave the hash alone");
+    assert!(
+        !rendering(&Settings::default()).contains(crate::VERSION),
+        "the operator's version is not in the rendering"
+    );
+    let mut gate = Settings::default();
+    gate.signin.gate_image = "registry.example/tinycode-operator:v9".into();
+    let c = build(&INST, &serde_json::from_value(spec()).unwrap(), &gate, &Approved::default(), None);
+    assert_ne!(a.values_hash, c.values_hash, "a new gate image rolls sign-in pods");
+}
+
 #[test]
 fn hash_changes_with_values_and_ignores_itself() {
     let a = values(serde_json::json!({}));

@@ -109,8 +109,8 @@ pub enum ReleaseState {
 /// What of a deployed release no longer matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Drift {
-    /// The Deployment was rendered from other values (or another chart or
-    /// operator version).
+    /// The Deployment was rendered from other values (or another chart, or
+    /// before a change of how helm is run).
     ValuesChanged,
     /// An object of the release is gone.
     Missing(ReleaseObject),
@@ -158,7 +158,7 @@ impl fmt::Display for ReleaseState {
 impl fmt::Display for Drift {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Drift::ValuesChanged => f.write_str("values, chart or operator version changed"),
+            Drift::ValuesChanged => f.write_str("values or chart changed"),
             Drift::Missing(object) => write!(f, "{object} is missing"),
             Drift::WrittenBy { object, manager } => write!(f, "{object} was changed by {manager}"),
         }

@@ -270,7 +270,7 @@ fn release_states_read_as_messages() {
         (ReleaseState::NotDeployed { status: ReleaseStatus::Unknown("odd".into()) }, "release is odd".into()),
         (ReleaseState::Pending, "an interrupted helm operation left the release pending".into()),
         (ReleaseState::Requested { request: "now".into() }, "reconcile requested (now)".into()),
-        (ReleaseState::Drifted(Drift::ValuesChanged), "values, chart or operator version changed".into()),
+        (ReleaseState::Drifted(Drift::ValuesChanged), "values or chart changed".into()),
         (
             ReleaseState::Drifted(Drift::Missing(ReleaseObject::Deployment(fullname.clone()))),
             "Deployment dev-tinycode is missing".into(),
