@@ -24,7 +24,12 @@
 # activity checks cost (the stand-in counts the requests). BENCH_CLASS=1 makes
 # a default TinycodeClass with defaults, caps and a per-namespace limit above
 # N apply to every instance (all in one namespace: the limit's count reads
-# every instance there on each reconcile, the worst case).
+# every instance there on each reconcile, the worst case). BENCH_RESULT=FILE
+# writes the rollout's figures there as key=value lines (hack/bench-flux.sh
+# reads them). BENCH_HELM_PROFILE=DIR: every helm run writes its CPU profile
+# (helm's own HELM_PPROF_CPU_PROFILE) into DIR; `go tool pprof -top DIR/*`
+# merges them (where a release's helm CPU goes; process start-up before helm's
+# main is not in them).
 set -euo pipefail
 
 N=${1:-100}
@@ -50,6 +55,18 @@ cpu() {
 	[[ -r $f ]] || { echo 0; return; }
 	# The command name may hold spaces: count fields after its closing parenthesis.
 	sed 's/.*) //' "$f" | awk -v t="$TICKS" -v w="$2" '{ if (w == "own") print ($12 + $13) / t; else print ($14 + $15) / t }'
+}
+# tree_pss_kb PID: proportional set size of PID and its children (the
+# operator and the helm processes it runs), in KiB. PSS counts pages shared
+# between processes (helm's binary, run eight times at once) once in all, where
+# a sum of RSS would count them once per process.
+tree_pss_kb() {
+	local total=0 p kb
+	for p in "$1" $(ps -o pid= --ppid "$1" 2>/dev/null); do
+		kb=$(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2>/dev/null) || kb=0
+		total=$((total + ${kb:-0}))
+	done
+	echo "$total"
 }
 audit_mark() { stat -c %s "$CLUSTER_DIR/audit.log" 2>/dev/null || echo 0; }
 # audit_since OFFSET: "requests writes status-writes" of the operator (and its
@@ -94,6 +111,13 @@ BIN=$ROOT/target/$PROFILE
 
 op=
 CHART=$ROOT/helm-charts/tinycode
+HELM=$TINYCODE_HELM
+if [[ -n ${BENCH_HELM_PROFILE:-} ]]; then
+	mkdir -p "$BENCH_HELM_PROFILE"
+	HELM=$STATE/helm-profiled
+	printf '#!/bin/sh\nHELM_PPROF_CPU_PROFILE=%q/helm-$$.pprof exec %q "$@"\n' "$(cd "$BENCH_HELM_PROFILE" && pwd)" "$TINYCODE_HELM" >"$HELM"
+	chmod +x "$HELM"
+fi
 # The operator and its helm reach the apiserver as in a pod: in-cluster
 # configuration (KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount's token and
 # CA at /run/secrets/kubernetes.io/serviceaccount, mounted in a private mount
@@ -121,7 +145,7 @@ start_operator() {
 	# loopback; the default (rbac) would also add TokenReview and
 	# SubjectAccessReview calls to the API load this script measures. Never
 	# in production (docs/monitoring.md).
-	local env=("HELM_BIN=$TINYCODE_HELM" "HELM_CHART_PATH=$CHART" "HOME=$OP_TMP" "TMPDIR=$OP_TMP"
+	local env=("HELM_BIN=$HELM" "HELM_CHART_PATH=$CHART" "HOME=$OP_TMP" "TMPDIR=$OP_TMP"
 		"TINYCODE_HEALTH_ADDR=$HEALTH" "TINYCODE_METRICS_ADDR=$METRICS" TINYCODE_METRICS_AUTH=none
 		POD_NAME=bench "RUST_LOG=warn,tinycode_operator::reconcile=info" NO_COLOR=1)
 	if [[ -n $ACTIVITY_URL ]]; then env+=("TINYCODE_ACTIVITY_URL=$ACTIVITY_URL" TINYCODE_VLLM_ALLOW_LOOPBACK=true); fi
@@ -243,10 +267,12 @@ t0=$(now)
 # A rollout that stops progressing for 20 s is reported as it happens: the
 # reconcile outcomes so far and the helm processes running, with their ages.
 last=-1 still=0
-d=0
+d=0 tree_peak_kb=0
 until [[ $d -ge $N ]]; do
 	sleep 0.5
 	d=$(deployed)
+	kb=$(tree_pss_kb "$op")
+	((kb > tree_peak_kb)) && tree_peak_kb=$kb
 	if [[ $d == "$last" ]]; then still=$((still + 1)); else last=$d still=0; fi
 	if [[ $still == 40 ]]; then
 		log "no release deployed for 20 s at $d of $N: reconcile results $(failures); helm running: $(ps -o etimes=,args= --ppid "$op" | awk '{ printf "%ss %s; ", $1, $4 }')"
@@ -264,11 +290,16 @@ wait "$sim" 2>/dev/null || true
 sim=
 ref1=$(reference)
 helm_runs=$(applied)
+sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+if [[ -n ${BENCH_RESULT:-} ]]; then
+	printf 'deployed_s=%s\nrunning_s=%s\ncpu_operator=%s\ncpu_helm=%s\ncpu_apiserver=%s\ncpu_etcd=%s\npeak_rss_mib=%d\npeak_tree_pss_mib=%d\nreleases=%s\nreference=%s/%s\n' \
+		"$install_s" "$running_s" "$(sub "$op0" "$op1")" "$(sub "$helm0" "$helm1")" "$(sub "$api0" "$api1")" "$(sub "$etcd0" "$etcd1")" \
+		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" "$((tree_peak_kb / 1024))" "$helm_runs" "$ref0" "$ref1" >"$BENCH_RESULT"
+fi
 if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
-	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  reference %s / %s s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
-		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" \
-		"$(awk -v a="$op0" -v b="$op1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$helm0" -v b="$helm1" 'BEGIN { printf "%.1f", b - a }')" \
-		"$(awk -v a="$api0" -v b="$api1" 'BEGIN { printf "%.1f", b - a }')" "$(awk -v a="$etcd0" -v b="$etcd1" 'BEGIN { printf "%.1f", b - a }')" \
+	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB (with helm, PSS %d MiB)  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  reference %s / %s s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
+		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" "$((tree_peak_kb / 1024))" \
+		"$(sub "$op0" "$op1")" "$(sub "$helm0" "$helm1")" "$(sub "$api0" "$api1")" "$(sub "$etcd0" "$etcd1")" \
 		"$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')" "$ref0" "$ref1" "$(failures)"
 	exit 0
 fi

@@ -987,3 +987,37 @@ fn openshift_proxy_arguments_are_flags_oauth_proxy_defines() {
     }
     assert!(!known.contains("--no-such-flag"));
 }
+
+/// The copy of the chart the operator installs (`helm::installed_copy`, without
+/// the schema and `ci/`) renders exactly what the chart renders, for the
+/// values of every scenario in `ci/`: leaving those files out of the release
+/// records changes no object.
+#[test]
+fn the_installed_copy_renders_what_the_chart_renders() {
+    let chart = root().join("helm-charts/tinycode");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = tinycode_operator::helm::installed_copy(&chart, &dir.path().join("chart")).unwrap();
+    assert!(copy.join("Chart.yaml").is_file() && copy.join("templates/deployment.yaml").is_file());
+    assert!(!copy.join("values.schema.json").exists() && !copy.join("ci").exists());
+    let template = |chart: &std::path::Path, values: &std::path::Path| {
+        let out = Command::new(helm())
+            .args(["template", "r", chart.to_str().unwrap(), "--namespace", "team", "--skip-schema-validation", "-f"])
+            .arg(values)
+            .env("HELM_CACHE_HOME", dir.path().join("c"))
+            .env("HELM_CONFIG_HOME", dir.path().join("f"))
+            .env("HELM_DATA_HOME", dir.path().join("d"))
+            .output()
+            .expect("run helm");
+        assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut scenarios = 0;
+    for entry in std::fs::read_dir(chart.join("ci")).unwrap() {
+        let values = entry.unwrap().path();
+        let rendered = template(&chart, &values);
+        assert!(rendered.contains("kind: Deployment"), "{}", values.display());
+        assert_eq!(rendered, template(&copy, &values), "{}", values.display());
+        scenarios += 1;
+    }
+    assert!(scenarios >= 5, "the scenarios of ci/: {scenarios}");
+}

@@ -66,6 +66,11 @@ const APPLY_SKIPS: [&str; 2] = [
 /// garbage is wasted work; the peak RSS this costs stays below that of a run
 /// before the skips (measured: docs/benchmarks.md, "Helm's flags and environment").
 const HELM_GOGC: &str = "400";
+/// GOMAXPROCS for helm: one thread runs its Go code. Up to `--concurrency`
+/// helm processes run at once on a few cores, so a second one per process only
+/// adds the garbage collector's idle-time marking and the scheduling between
+/// the two (measured: docs/benchmarks.md, "Helm's flags and environment").
+const HELM_GOMAXPROCS: &str = "1";
 /// The message locale of helm: at start-up helm loads kubectl's message catalog
 /// for it, which it never prints from, and the French one is far smaller than
 /// the default English one (measured: docs/benchmarks.md, "Helm's flags and
@@ -155,6 +160,43 @@ pub struct Helm {
     records: Option<kube::Client>,
 }
 
+/// Files of the chart that never reach a release: helm stores the whole chart
+/// it installs in every revision's record (gzip at its best compression, on
+/// each of the two or three record writes of a run), and neither of these is
+/// read when the operator runs it. `values.schema.json` is skipped
+/// (`--skip-schema-validation`) and was a quarter of each record; `ci/` is
+/// helm-ignored, so helm would read its files only to drop them. Measured:
+/// docs/benchmarks.md, "Helm's flags and environment".
+const NOT_INSTALLED: [&str; 2] = ["values.schema.json", "ci"];
+
+/// Copies the chart at `from` to `to` without [`NOT_INSTALLED`] and returns `to`;
+/// the chart's digest is still taken of `from` (`digest::chart_digest`). A
+/// `from` that is no directory is returned as it is: `run` refuses a missing
+/// chart before helm is set up, and helm names the path it cannot load.
+pub fn installed_copy(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<PathBuf> {
+    if !from.is_dir() {
+        return Ok(from.to_path_buf());
+    }
+    fn copy_tree(from: &std::path::Path, to: &std::path::Path, top: bool) -> std::io::Result<()> {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if top && NOT_INSTALLED.iter().any(|n| name == *n) {
+                continue;
+            }
+            if entry.file_type()?.is_dir() {
+                copy_tree(&entry.path(), &to.join(&name), false)?;
+            } else {
+                std::fs::copy(entry.path(), to.join(&name))?;
+            }
+        }
+        Ok(())
+    }
+    copy_tree(from, to, true)?;
+    Ok(to.to_path_buf())
+}
+
 /// Marks a release busy for as long as it lives.
 struct RunningGuard {
     key: String,
@@ -183,6 +225,7 @@ impl Helm {
         // in it on every run, and only the OpenAPI documents that
         // --disable-openapi-validation no longer fetches came from its HTTP cache.
         let home = tempfile::Builder::new().prefix("tinycode-helm-").tempdir()?;
+        let chart = installed_copy(&chart, &home.path().join("chart"))?;
         let writer = crate::render::secret::random_password(20).map_err(std::io::Error::other)?.into();
         Ok(Self {
             bin,
@@ -357,6 +400,7 @@ impl Helm {
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_DATA_HOME", home.join("data"))
             .env("GOGC", HELM_GOGC)
+            .env("GOMAXPROCS", HELM_GOMAXPROCS)
             .env("LC_MESSAGES", HELM_MESSAGES_LOCALE)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
