@@ -53,7 +53,6 @@ SOURCE_CONTROLLER_VERSION=v1.9.3
 REPO_PORT=18591 STORAGE_PORT=18592
 SC_METRICS=127.0.0.1:18593 SC_HEALTH=127.0.0.1:18594
 HC_METRICS=127.0.0.1:18595 HC_HEALTH=127.0.0.1:18596
-TICKS=$(getconf CLK_TCK)
 STATE=$(mktemp -d /tmp/tinycode-bench-flux.XXXXXX)
 RESULTS=$STATE/results
 : >"$RESULTS"
@@ -69,33 +68,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cpu() { # CPU seconds PID used itself
-	local f=/proc/$1/stat
-	[[ -r $f ]] || { echo 0; return; }
-	sed 's/.*) //' "$f" | awk -v t="$TICKS" '{ print ($12 + $13) / t }'
-}
-pss_kb() { # summed PSS of the PIDs given, KiB
-	local total=0 p kb
-	for p in "$@"; do
-		kb=$(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2>/dev/null) || kb=0
-		total=$((total + ${kb:-0}))
-	done
-	echo "$total"
-}
+# shellcheck source=hack/lib/bench.sh
+. "$ROOT/hack/lib/bench.sh"
 hwm_mib() { awk '/VmHWM/ { printf "%d", $2 / 1024 }' "/proc/$1/status"; }
-# The machine's speed, as hack/bench.sh's reference(): two parallel series of
-# 10 `helm version`, wall seconds.
-reference() {
-	local t0
-	t0=$(now)
-	for _ in 1 2; do
-		(for _ in $(seq 10); do env -i HOME="$STATE" LC_MESSAGES=fr_FR.UTF-8 GOGC=400 "$TINYCODE_HELM" version >/dev/null; done) &
-	done
-	wait
-	sub "$t0" "$(now)"
-}
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-now() { date +%s.%N; }
 
 # flux_controller NAME VERSION: build github.com/fluxcd/NAME at VERSION once
 # into the cache (with its CRDs beside it) and print the binary's path. Both
@@ -256,8 +232,8 @@ run_flux() {
 	"$ROOT/target/release/tinycode-local" simulate >"$STATE/simulate.log" 2>&1 &
 	pids+=($!)
 	local hc0 sc0 api0 etcd0 ref0
-	ref0=$(reference)
-	hc0=$(cpu "$hc_pid") sc0=$(cpu "$sc_pid") api0=$(cpu "$API_PID") etcd0=$(cpu "$ETCD_PID")
+	ref0=$(reference "$STATE")
+	hc0=$(cpu "$hc_pid" own) sc0=$(cpu "$sc_pid" own) api0=$(cpu "$API_PID" own) etcd0=$(cpu "$ETCD_PID" own)
 	rm -f "$STATE/ready"
 	watch_ready "$ns" "$N" "$STATE/ready" &
 	local watcher=$!
@@ -272,7 +248,7 @@ run_flux() {
 	done
 	wait "$watcher"
 	done_at=$(cat "$STATE/ready")
-	record "side=$side run=$run deployed_s=$(sub "$t0" "$done_at") cpu_self=$(sub "$hc0" "$(cpu "$hc_pid")") cpu_helm=$(sub "$sc0" "$(cpu "$sc_pid")") cpu_apiserver=$(sub "$api0" "$(cpu "$API_PID")") cpu_etcd=$(sub "$etcd0" "$(cpu "$ETCD_PID")") peak_rss=$(hwm_mib "$hc_pid")+$(hwm_mib "$sc_pid") peak_pss=$((peak / 1024)) reference=$ref0/$(reference)"
+	record "side=$side run=$run deployed_s=$(sub "$t0" "$done_at") cpu_self=$(sub "$hc0" "$(cpu "$hc_pid" own)") cpu_helm=$(sub "$sc0" "$(cpu "$sc_pid" own)") cpu_apiserver=$(sub "$api0" "$(cpu "$API_PID" own)") cpu_etcd=$(sub "$etcd0" "$(cpu "$ETCD_PID" own)") peak_rss=$(hwm_mib "$hc_pid")+$(hwm_mib "$sc_pid") peak_pss=$((peak / 1024)) reference=$ref0/$(reference "$STATE")"
 	local p
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait "${pids[@]}" 2>/dev/null || true

@@ -48,26 +48,8 @@ log() { printf 'bench: %s\n' "$*" >&2; }
 CONCURRENCY=${BENCH_CONCURRENCY:-}
 if [[ -n $CONCURRENCY ]]; then export TINYCODE_CONCURRENCY=$CONCURRENCY; fi
 CLUSTER_DIR=${TINYCODE_CLUSTER_DIR:-/tmp/tinycode-local-cluster}
-TICKS=$(getconf CLK_TCK)
-# cpu PID own|children: CPU seconds the process used itself, or its reaped children (helm).
-cpu() {
-	local f=/proc/$1/stat
-	[[ -r $f ]] || { echo 0; return; }
-	# The command name may hold spaces: count fields after its closing parenthesis.
-	sed 's/.*) //' "$f" | awk -v t="$TICKS" -v w="$2" '{ if (w == "own") print ($12 + $13) / t; else print ($14 + $15) / t }'
-}
-# tree_pss_kb PID: proportional set size of PID and its children (the
-# operator and the helm processes it runs), in KiB. PSS counts pages shared
-# between processes (helm's binary, run eight times at once) once in all, where
-# a sum of RSS would count them once per process.
-tree_pss_kb() {
-	local total=0 p kb
-	for p in "$1" $(ps -o pid= --ppid "$1" 2>/dev/null); do
-		kb=$(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2>/dev/null) || kb=0
-		total=$((total + ${kb:-0}))
-	done
-	echo "$total"
-}
+# shellcheck source=hack/lib/bench.sh
+. "$ROOT/hack/lib/bench.sh"
 audit_mark() { stat -c %s "$CLUSTER_DIR/audit.log" 2>/dev/null || echo 0; }
 # audit_since OFFSET: "requests writes status-writes" of the operator (and its
 # helm) since OFFSET, leases and watches left out.
@@ -185,22 +167,6 @@ deployed() { applied | cut -d. -f1; }
 failures() {
 	curl -s "http://$METRICS/metrics" | awk '/^tinycode_operator_reconciles_total\{/ && !/result="success"/ { if (match($0, /result="[^"]*"/)) printf "%s=%d ", substr($0, RSTART + 8, RLENGTH - 9), $NF }'
 }
-now() { date +%s.%N; }
-# This host's speed has varied by half between runs minutes apart, mostly when
-# both CPUs are busy (two busy vCPUs slow each other down by up to half). A
-# fixed workload, timed before and after the rollout, tells a slow hour from a
-# slower operator: the wall time of two parallel series of 10 starts of `helm
-# version` in the environment the operator gives helm (process start-up is
-# most of what the bench repeats).
-reference() {
-	local t0
-	t0=$(now)
-	for _ in 1 2; do
-		(for _ in $(seq 10); do env -i HOME="$OP_TMP" LC_MESSAGES=fr_FR.UTF-8 GOGC=400 "$TINYCODE_HELM" version >/dev/null; done) &
-	done
-	wait
-	awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'
-}
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # BENCH_IDLE=1: every instance's activity report, from one loopback stand-in
@@ -258,7 +224,7 @@ done >"$STATE/instances.yaml"
 sim=$!
 api_pid=$(cat "$CLUSTER_DIR/kube-apiserver.pid")
 etcd_pid=$(cat "$CLUSTER_DIR/etcd.pid")
-ref0=$(reference)
+ref0=$(reference "$OP_TMP")
 req0=$(requests_by_verb)
 rec0=$(metric tinycode_operator_reconciles_total)
 op0=$(cpu "$op" own) helm0=$(cpu "$op" children) api0=$(cpu "$api_pid" own) etcd0=$(cpu "$etcd_pid" own)
@@ -271,7 +237,8 @@ d=0 tree_peak_kb=0
 until [[ $d -ge $N ]]; do
 	sleep 0.5
 	d=$(deployed)
-	kb=$(tree_pss_kb "$op")
+	# shellcheck disable=SC2046 # one PID per word
+	kb=$(pss_kb "$op" $(ps -o pid= --ppid "$op" 2>/dev/null))
 	((kb > tree_peak_kb)) && tree_peak_kb=$kb
 	if [[ $d == "$last" ]]; then still=$((still + 1)); else last=$d still=0; fi
 	if [[ $still == 40 ]]; then
@@ -288,7 +255,7 @@ op1=$(cpu "$op" own) helm1=$(cpu "$op" children) api1=$(cpu "$api_pid" own) etcd
 kill "$sim" 2>/dev/null || true
 wait "$sim" 2>/dev/null || true
 sim=
-ref1=$(reference)
+ref1=$(reference "$OP_TMP")
 helm_runs=$(applied)
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 if [[ -n ${BENCH_RESULT:-} ]]; then
