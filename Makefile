@@ -64,7 +64,7 @@ lint: tools ## cargo fmt --check, the layer check, clippy -D warnings, helm lint
 	python3 hack/layers.py
 	cargo clippy --workspace --all-targets -- -D warnings
 	eval "$$(hack/local-cluster.sh tools)"; for f in helm-charts/tinycode/ci/*.yaml; do "$$TINYCODE_HELM" lint --strict helm-charts/tinycode -f "$$f" >/dev/null; done
-	eval "$$(hack/local-cluster.sh tools)"; "$$TINYCODE_SHELLCHECK" hack/*.sh hack/lib/*.sh .ci/run && \
+	eval "$$(hack/local-cluster.sh tools)"; "$$TINYCODE_SHELLCHECK" hack/*.sh hack/lib/*.sh hack/tools/*/*.sh .ci/run && \
 		"$$TINYCODE_SHELLCHECK" --shell=sh helm-charts/tinycode/files/*.sh
 
 .PHONY: test

@@ -10,9 +10,13 @@
 #
 # The tinycode image is the stand-in of tools/standins (the node has no way to
 # the internet): the node's registry serves it under the sample's own name.
-# No router or ingress controller runs yet, so `tinycode-local simulate
-# --no-kubelet` admits the Route (or publishes the Ingress) as one would;
-# Deployments are the node's.
+# The node runs a real ingress controller (Traefik, namespace tinycode-ingress),
+# published on 127.0.0.1:8443 (TINYCODE_NODE_INGRESS_PORT): the URL printed at
+# the end opens from this machine, its *.localhost name resolving to loopback by
+# itself. On Kubernetes it serves the sample's Ingress. No OpenShift router runs
+# here: `tinycode-local simulate --no-kubelet` admits the Route as the router
+# would and serves it through an Ingress of the same controller (a demo path,
+# not OpenShift's router).
 #
 # RUN_LOCAL_EXIT=1 exits once the sample is Running (for scripts and CI).
 # PLATFORM=kubernetes runs the same demo on a plain Kubernetes API (no OpenShift
@@ -58,6 +62,10 @@ fi
 log "pushing ${IMAGE} to the node's registry and installing the operator ($PLATFORM)"
 PUSH_TLS_VERIFY=false hack/image.sh push "$IMAGE" >/dev/null
 OPERATOR_IMAGE=$IMAGE hack/install.sh >&2
+# The instances' NetworkPolicy admits the ingress controller's namespace (on
+# Kubernetes by name; OpenShift's router by a label that namespace carries).
+"$KUBECTL" set env deployment/tinycode-operator-manager -n tinycode-operator-system \
+	TINYCODE_INGRESS_NAMESPACE="$(sed -n 's/^TINYCODE_INGRESS_NAMESPACE=//p' <<<"$started")" >/dev/null
 # An operator that was already running learns of the Route API's coming or
 # going only at its next discovery (a minute): start it afresh, so the
 # sample is reconciled for this platform from the first moment. Its pods are
@@ -67,6 +75,8 @@ OPERATOR_IMAGE=$IMAGE hack/install.sh >&2
 	-l app.kubernetes.io/name=tinycode-operator,app.kubernetes.io/component=manager >/dev/null
 "$KUBECTL" rollout status deployment/tinycode-operator-manager -n tinycode-operator-system --timeout=180s >&2
 hack/prepare-namespace.sh "$NS" --generate-password >&2
+INGRESS_PORT=$(sed -n 's|^TINYCODE_INGRESS_URL=https://localhost:\([0-9]*\)/$|\1|p' <<<"$started")
+INGRESS_CA=$(sed -n 's/^TINYCODE_INGRESS_CA=//p' <<<"$started")
 
 pids=()
 cleanup() {
@@ -75,12 +85,18 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$BIN/tinycode-local" simulate --no-kubelet >"$STATE/simulate.log" 2>&1 &
+"$BIN/tinycode-local" simulate --no-kubelet --domain apps.localhost >"$STATE/simulate.log" 2>&1 &
 pids+=($!)
 
 if [[ "$PLATFORM" == kubernetes ]]; then
-	# An Ingress needs a host name (a Route gets a default one).
-	sed 's/^  tlsTermination: edge$/  hostname: my-tinycode.local.test/' "$SAMPLE" | "$KUBECTL" apply -n "$NS" -f -
+	# An Ingress needs a host name (a Route gets a default one): the same
+	# name the Route gets on the default platform, with its TLS from a Secret
+	# holding the node's certificate for *.apps.localhost.
+	"$KUBECTL" create secret tls tinycode-tls -n "$NS" --dry-run=client -o yaml \
+		--cert="$(sed -n 's/^TINYCODE_INGRESS_TLS_CERT=//p' <<<"$started")" \
+		--key="$(sed -n 's/^TINYCODE_INGRESS_TLS_KEY=//p' <<<"$started")" | "$KUBECTL" apply -f - >/dev/null
+	sed "s/^  tlsTermination: edge\$/  hostname: my-tinycode-${NS}.apps.localhost\n  ingress: {tlsSecretName: tinycode-tls}/" \
+		"$SAMPLE" | "$KUBECTL" apply -n "$NS" -f -
 else
 	"$KUBECTL" apply -n "$NS" -f "$SAMPLE"
 fi
@@ -100,7 +116,29 @@ if [[ "$phase" != Running ]]; then
 	"$KUBECTL" logs -n tinycode-operator-system deployment/tinycode-operator-manager --tail=20 >&2 || true
 	exit 1
 fi
+# The URL as this machine opens it: the published port, the cluster's CA.
+host=${url#*://}
+host=${host%%/*}
+open_url="https://${host}:${INGRESS_PORT}/"
+password=$("$KUBECTL" get secret tinycode-password -n "$NS" -o jsonpath='{.data.TINYCODE_SERVER_PASSWORD}' | base64 -d)
+log "waiting for ${open_url} to answer through the ingress controller"
+code=
+for _ in $(seq 1 60); do
+	# The password on stdin (a config file), never in an argument.
+	code=$(printf 'user = "tinycode:%s"\n' "$password" |
+		curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$INGRESS_CA" -K - "$open_url" || true)
+	[[ "$code" == 200 ]] && break
+	sleep 1
+done
+unset password
+if [[ "$code" != 200 ]]; then
+	log "${open_url} answered ${code:-nothing} (want 200); the ingress controller's last log lines:"
+	"$KUBECTL" logs -n tinycode-ingress deployment/traefik --tail=20 >&2 || true
+	exit 1
+fi
 printf 'URL: %s\n' "$url"
+printf 'Open: %s (user tinycode; *.localhost names resolve to this machine; the certificate is signed by %s)\n' \
+	"$open_url" "$INGRESS_CA"
 printf 'Status: %s\n' "$("$KUBECTL" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}')"
 printf 'Password: KUBECONFIG=%s %s get secret tinycode-password -n %s -o jsonpath={.data.TINYCODE_SERVER_PASSWORD} | base64 -d\n' \
 	"$KUBECONFIG" "$KUBECTL" "$NS"

@@ -21,6 +21,11 @@
 #                    external host
 #   169.254.169.254  a cloud metadata stand-in (tools/standins `serve`), so
 #                    tests can prove instances cannot reach it
+#   198.19.0.20      the ingress controller's Service (Traefik, a pod in
+#                    namespace tinycode-ingress), published on
+#                    127.0.0.1:NODE_INGRESS_PORT (8443) of this machine: the
+#                    instances' URLs open from here, *.localhost names resolving
+#                    to loopback by themselves
 #
 # Facts this relies on are in ../shared/FACTS.md ("A real node"): the
 # capability this VM lacks (CAP_SYS_RESOURCE, hence no oom_score_adj), the
@@ -45,6 +50,12 @@ NODE_PRIVATE_REGISTRY="localhost:${NODE_PRIVATE_REGISTRY_PORT}"
 # told to fetch them from the local registry instead, so nothing is pulled from
 # outside and the samples run unchanged.
 MIRRORED_REGISTRIES=(quay.io ghcr.io docker.io registry.k8s.io)
+# The ingress controller: Traefik, built by hack/tools/traefik/build.sh (why
+# Traefik, and what that build changes: docs/development.md), run as a pod.
+TRAEFIK_VERSION=v3.7.13
+INGRESS_NAMESPACE=tinycode-ingress
+INGRESS_SERVICE_IP=198.19.0.20
+NODE_INGRESS_PORT=${TINYCODE_NODE_INGRESS_PORT:-8443}
 
 COREDNS_VERSION=
 REGISTRY_VERSION=v3.1.2
@@ -58,6 +69,7 @@ KUBE_CONTROLLER_MANAGER_BIN=
 KUBE_PROXY_BIN=
 COREDNS_BIN=
 REGISTRY_BIN=
+TRAEFIK_BIN=
 LOCAL_PATH_BIN=
 KUBE_ROUTER_BIN=
 STANDIN_BIN=
@@ -154,6 +166,11 @@ ensure_node_tools() {
 	ensure_built "kube-router ${KUBE_ROUTER_VERSION}" "$KUBE_ROUTER_BIN" "$KUBE_ROUTER_VERSION" \
 		go_install_to "${KUBE_ROUTER_BIN}.tmp.$$" \
 		"github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@${KUBE_ROUTER_VERSION}" "-s -w"
+
+	digest=$(sha256sum <"${REPO_ROOT}/hack/tools/traefik/build.sh")
+	TRAEFIK_BIN="${CACHE_DIR}/traefik-${TRAEFIK_VERSION}/traefik"
+	ensure_built "traefik ${TRAEFIK_VERSION}" "$TRAEFIK_BIN" "${digest:0:16}" \
+		"${REPO_ROOT}/hack/tools/traefik/build.sh" "${TRAEFIK_BIN}.tmp.$$"
 
 	local standin_mod="${REPO_ROOT}/tools/standins"
 	digest=$(cat "$standin_mod"/*.go "${standin_mod}/go.mod" | sha256sum)
@@ -265,6 +282,12 @@ extendedKeyUsage=clientAuth"
 	sign_cert coredns "/CN=tinycode-local:coredns" "$client"
 	sign_cert local-path-provisioner "/CN=tinycode-local:local-path-provisioner" "$client"
 	sign_cert kube-router "/CN=tinycode-local:kube-router" "$client"
+	# The ingress controller's default certificate, for every name it serves
+	# here (curl --cacert CLUSTER_DIR/pki/ca.crt trusts it).
+	sign_cert ingress-default "/CN=tinycode-local ingress" \
+		"$(printf '%s\n' "basicConstraints=critical,CA:FALSE" \
+			"keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+			"subjectAltName=DNS:localhost,DNS:*.apps.localhost")"
 	: "$pki"
 }
 
@@ -651,6 +674,10 @@ push_standin_images() {
 	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/oauth2-proxy" --file "${OAUTH2_PROXY_BIN}:bin/oauth2-proxy" \
 		--entrypoint '["/bin/oauth2-proxy"]' --user 65532 >/dev/null
 	push_layout "${dir}/oauth2-proxy" "${NODE_REGISTRY}/oauth2-proxy/oauth2-proxy:${OAUTH2_PROXY_VERSION}"
+	# Traefik under its own image name (docker.io, through the mirror).
+	python3 "${REPO_ROOT}/hack/lib/oci-layout.py" "${dir}/traefik" --file "${TRAEFIK_BIN}:usr/local/bin/traefik" \
+		--dir tmp --entrypoint '["/usr/local/bin/traefik"]' --user 65532 >/dev/null
+	push_layout "${dir}/traefik" "${NODE_REGISTRY}/library/traefik:${TRAEFIK_VERSION}"
 	# The same stand-in behind the private registry's login.
 	skopeo copy --quiet --dest-tls-verify=false --dest-creds "$(<"${CLUSTER_DIR}/registry-private.auth")" \
 		"oci:${dir}/tinycode" "docker://${NODE_PRIVATE_REGISTRY}/private/tinycode-container:v1" >&2 ||
@@ -714,6 +741,144 @@ kube_router_ready() {
 coredns_ready() {
 	in_node bash -c 'exec 3<>/dev/tcp/127.0.0.1/18181 && printf "GET /ready HTTP/1.0\r\n\r\n" >&3 && head -c 12 <&3' \
 		2>/dev/null | grep -q '200'
+}
+
+# The ingress controller, as a cluster runs one: a Deployment of Traefik in a
+# namespace of its own (which the instances' NetworkPolicies admit: the
+# Kubernetes platform by name, `--ingress-namespace tinycode-ingress`; the
+# OpenShift platform by the router's policy-group label, which this namespace
+# carries for the demo), the default IngressClass, and a Service at a fixed
+# address that netns-forward.py publishes on this machine's loopback. Its
+# default certificate is signed by the cluster's CA. Traefik never calls out:
+# the version check and usage report are off.
+apply_ingress_controller() {
+	local pki="${CLUSTER_DIR}/pki"
+	"$KUBECTL_BIN" --kubeconfig "$KUBECONFIG_PATH" apply --server-side --force-conflicts \
+		--field-manager=tinycode-local-node -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ${INGRESS_NAMESPACE}
+  labels: {policy-group.network.openshift.io/ingress: ""}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: traefik, namespace: ${INGRESS_NAMESPACE}}
+automountServiceAccountToken: true
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: tinycode-local:traefik}
+rules:
+- apiGroups: [""]
+  resources: [services, secrets, nodes]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses, ingressclasses]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses/status]
+  verbs: [update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: tinycode-local:traefik}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "tinycode-local:traefik"}
+subjects: [{kind: ServiceAccount, name: traefik, namespace: ${INGRESS_NAMESPACE}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: traefik
+  annotations: {ingressclass.kubernetes.io/is-default-class: "true"}
+spec: {controller: traefik.io/ingress-controller}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: traefik-default-cert, namespace: ${INGRESS_NAMESPACE}}
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 <"${pki}/ingress-default.crt")
+  tls.key: $(base64 -w0 <"${pki}/ingress-default.key")
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: traefik-dynamic, namespace: ${INGRESS_NAMESPACE}}
+data:
+  dynamic.yaml: |
+    tls:
+      stores:
+        default:
+          defaultCertificate: {certFile: /certs/tls.crt, keyFile: /certs/tls.key}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: traefik, namespace: ${INGRESS_NAMESPACE}}
+spec:
+  clusterIP: ${INGRESS_SERVICE_IP}
+  selector: {app.kubernetes.io/name: traefik}
+  ports:
+  - {name: websecure, port: 443, targetPort: websecure}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: traefik, namespace: ${INGRESS_NAMESPACE}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app.kubernetes.io/name: traefik}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: traefik}}
+    spec:
+      serviceAccountName: traefik
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+      containers:
+      - name: traefik
+        image: docker.io/library/traefik:${TRAEFIK_VERSION}
+        args:
+        - --global.checkNewVersion=false
+        - --global.sendAnonymousUsage=false
+        - --entryPoints.websecure.address=:8443
+        - --entryPoints.websecure.http.tls=true
+        - --entryPoints.traefik.address=:9000
+        - --ping=true
+        - --providers.kubernetesIngress=true
+        - --providers.kubernetesIngress.ingressEndpoint.ip=127.0.0.1
+        - --providers.file.filename=/config/dynamic.yaml
+        - --log.level=INFO
+        - --log.noColor=true
+        ports:
+        - {name: websecure, containerPort: 8443}
+        - {name: ping, containerPort: 9000}
+        readinessProbe:
+          httpGet: {path: /ping, port: ping}
+          periodSeconds: 2
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: [ALL]}
+        resources:
+          requests: {cpu: 50m, memory: 64Mi}
+          limits: {memory: 256Mi}
+        volumeMounts:
+        - {name: config, mountPath: /config, readOnly: true}
+        - {name: certs, mountPath: /certs, readOnly: true}
+        - {name: tmp, mountPath: /tmp}
+      volumes:
+      - {name: config, configMap: {name: traefik-dynamic}}
+      - {name: certs, secret: {secretName: traefik-default-cert}}
+      - {name: tmp, emptyDir: {}}
+EOF
+}
+
+# Ready when it answers through the published port (any HTTP status: an
+# unknown host gets Traefik's 404).
+ingress_ready() {
+	[[ "$("$KUBECTL_BIN" --kubeconfig "$KUBECONFIG_PATH" get deployment traefik -n "$INGRESS_NAMESPACE" \
+		-o jsonpath='{.status.readyReplicas}' 2>/dev/null)" == 1 ]] &&
+		curl -sk -o /dev/null --max-time 2 "https://localhost:${NODE_INGRESS_PORT}/"
 }
 
 default_service_account() {
@@ -1000,11 +1165,12 @@ node_start() {
 		--audit-log-maxsize=2000 \
 		--audit-log-maxbackup=1
 
-	log "publishing ${LOOPBACK}:${APISERVER_PORT} (API) and ${LOOPBACK}:${NODE_REGISTRY_PORT} (registry) on this machine"
+	log "publishing ${LOOPBACK}:${APISERVER_PORT} (API), ${LOOPBACK}:${NODE_REGISTRY_PORT} (registry) and ${LOOPBACK}:${NODE_INGRESS_PORT} (ingress) on this machine"
 	setsid python3 "${REPO_ROOT}/hack/lib/netns-forward.py" "/run/netns/${NODE_NETNS}" \
 		"${LOOPBACK}:${APISERVER_PORT}=127.0.0.1:${APISERVER_PORT}" \
 		"${LOOPBACK}:${NODE_REGISTRY_PORT}=127.0.0.1:${NODE_REGISTRY_PORT}" \
 		"${LOOPBACK}:${NODE_PRIVATE_REGISTRY_PORT}=127.0.0.1:${NODE_PRIVATE_REGISTRY_PORT}" \
+		"${LOOPBACK}:${NODE_INGRESS_PORT}=${INGRESS_SERVICE_IP}:443" \
 		</dev/null >"${CLUSTER_DIR}/netns-forward.log" 2>&1 8>&- 9>&- &
 	printf '%s\n' "$!" >"${CLUSTER_DIR}/netns-forward.pid"
 	node_wait "kube-apiserver /readyz" kube-apiserver apiserver_ready
@@ -1029,11 +1195,13 @@ node_start() {
 	node_wait "node ${NODE_NAME} Ready" kubelet node_ready 90
 	# kube-router finds its node by name: only once the kubelet registered it.
 	start_kube_router_ready
+	apply_ingress_controller
 	node_wait "cluster DNS" coredns coredns_ready 30
 	node_wait "the git server" git-daemon git_server_ready 30
 	node_wait "the OpenID Connect provider" mockoidc-server oidc_provider_ready 30
 	# Pods need their namespace's ServiceAccount (the controller-manager's).
 	node_wait "ServiceAccount default/default" kube-controller-manager default_service_account 30
+	node_wait "the ingress controller (Traefik ${TRAEFIK_VERSION})" kubelet ingress_ready 120
 	log "node ready in $((SECONDS - started))s (state: ${CLUSTER_DIR}; namespace ${NODE_NETNS})"
 }
 
@@ -1048,6 +1216,11 @@ node_print() {
 	printf 'TINYCODE_OIDC_QUEUE_URL=%s/queue-user\n' "$OIDC_ADMIN_URL"
 	printf 'TINYCODE_PRIVATE_IMAGE=%s/private/tinycode-container:v1\n' "$NODE_PRIVATE_REGISTRY"
 	printf 'TINYCODE_PRIVATE_REGISTRY_AUTH=%s\n' "${CLUSTER_DIR}/registry-private.auth"
+	printf 'TINYCODE_INGRESS_URL=https://localhost:%s/\n' "$NODE_INGRESS_PORT"
+	printf 'TINYCODE_INGRESS_NAMESPACE=%s\n' "$INGRESS_NAMESPACE"
+	printf 'TINYCODE_INGRESS_CA=%s\n' "${CLUSTER_DIR}/pki/ca.crt"
+	printf 'TINYCODE_INGRESS_TLS_CERT=%s\n' "${CLUSTER_DIR}/pki/ingress-default.crt"
+	printf 'TINYCODE_INGRESS_TLS_KEY=%s\n' "${CLUSTER_DIR}/pki/ingress-default.key"
 	printf 'TINYCODE_STANDIN_IMAGE=%s/tinycode-local/tinycode-standin:%s\n' "$NODE_REGISTRY" \
 		"$(cat "${CLUSTER_DIR}/standin.tag" 2>/dev/null)"
 }

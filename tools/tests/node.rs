@@ -52,6 +52,13 @@ struct Node {
     oidc_client_id: String,
     oidc_secret_file: PathBuf,
     oidc_queue_url: String,
+    /// The ingress controller, published on this machine: its port, the CA
+    /// that signed its certificate, that certificate's files, its namespace.
+    ingress_port: u16,
+    ingress_ca: PathBuf,
+    ingress_cert: PathBuf,
+    ingress_key: PathBuf,
+    ingress_namespace: String,
 }
 
 static NODE: OnceLock<Node> = OnceLock::new();
@@ -74,6 +81,17 @@ fn node() -> &'static Node {
             oidc_client_id: value_of(&started, "TINYCODE_OIDC_CLIENT_ID=").display().to_string(),
             oidc_secret_file: value_of(&started, "TINYCODE_OIDC_CLIENT_SECRET_FILE="),
             oidc_queue_url: value_of(&started, "TINYCODE_OIDC_QUEUE_URL=").display().to_string(),
+            ingress_port: value_of(&started, "TINYCODE_INGRESS_URL=")
+                .display()
+                .to_string()
+                .trim_start_matches("https://localhost:")
+                .trim_end_matches('/')
+                .parse()
+                .expect("TINYCODE_INGRESS_URL=https://localhost:PORT/"),
+            ingress_ca: value_of(&started, "TINYCODE_INGRESS_CA="),
+            ingress_cert: value_of(&started, "TINYCODE_INGRESS_TLS_CERT="),
+            ingress_key: value_of(&started, "TINYCODE_INGRESS_TLS_KEY="),
+            ingress_namespace: value_of(&started, "TINYCODE_INGRESS_NAMESPACE=").display().to_string(),
         }
     })
 }
@@ -346,6 +364,45 @@ async fn client_pod(node: &Node, client: &Client, ns: &str, args: &[String]) -> 
 }
 
 static CLIENTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// GET `url` (an https URL with a host name, no port) from this machine as a
+/// person's browser would: through the port the node publishes, trusting
+/// only the cluster's CA, the name resolved to loopback (as *.localhost names
+/// are). Retries for `retry_for` while the controller has no route yet (404)
+/// or no endpoint (502, 503); returns the last status and body.
+async fn get_through_ingress(node: &Node, url: &str, password: Option<&str>, retry_for: Duration) -> (u16, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let parsed = reqwest::Url::parse(url).expect("an instance URL");
+    let host = parsed.host_str().expect("a host name").to_string();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&node.ingress_ca).unwrap()).unwrap();
+    let http = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .resolve(&host, std::net::SocketAddr::from(([127, 0, 0, 1], node.ingress_port)))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let target = format!("https://{host}:{}{}", node.ingress_port, parsed.path());
+    let deadline = Instant::now() + retry_for;
+    loop {
+        let mut req = http.get(&target);
+        if let Some(p) = password {
+            req = req.basic_auth("tinycode", Some(p));
+        }
+        let last = match req.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                (status, resp.text().await.unwrap_or_default())
+            }
+            Err(e) => (0, format!("{e:?}")),
+        };
+        if !matches!(last.0, 0 | 404 | 502 | 503) || Instant::now() > deadline {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 // ---------------------------------------------------------------------------
 // scenarios
@@ -728,10 +785,57 @@ fn operator_network_policy_enforced() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The instance's URL opens from this machine: the node's ingress controller
+/// (Traefik, a pod) serves the instance's Ingress with the certificate of its
+/// TLS Secret, through the port the node publishes on loopback, to the real
+/// pod behind it (a value only that pod knows). The password guards it on
+/// that path too, and the Ingress's address was published by the controller.
+fn ingress_serves_the_url() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        // The instances' NetworkPolicy admits the ingress controller's namespace.
+        let ingress_ns = format!("TINYCODE_INGRESS_NAMESPACE={}", node.ingress_namespace);
+        set_manager_env(node, &[ingress_ns.as_str()]);
+        let client = node.client().await;
+        let ns = "node-ingress";
+        fresh_namespace(node, ns).await;
+        let (cert, key) = (node.ingress_cert.display().to_string(), node.ingress_key.display().to_string());
+        node.kubectl_ok(&["create", "secret", "tls", "web-tls", "-n", ns, "--cert", &cert, "--key", &key]);
+        let mut instance = basic_instance("web");
+        instance["spec"]["hostname"] = "web-node-ingress.apps.localhost".into();
+        instance["spec"]["ingress"] = json!({"tlsSecretName": "web-tls"});
+        apply_instance(&client, ns, &instance).await;
+        let status = wait_running(&client, ns, "web").await;
+        let url = status["url"].as_str().expect("status.url").to_string();
+        assert_eq!(url, "https://web-node-ingress.apps.localhost", "{status}");
+
+        let (code, page) = get_through_ingress(node, &url, Some(PASSWORD), ALLOWED).await;
+        assert_eq!(code, 200, "with the password through the ingress: {page}");
+        assert!(page.contains("<title>tinycode stand-in</title>"), "{page}");
+        let pod = server_pods(&client, ns, "web").await.remove(0).metadata.name.unwrap();
+        assert!(page.contains(&format!("<span id=\"pod\">{pod}</span>")), "the real pod answered: {page}");
+        let (code, page) = get_through_ingress(node, &url, None, ALLOWED).await;
+        assert_eq!(code, 401, "without the password: {page}");
+
+        let ingress: k8s_openapi::api::networking::v1::Ingress =
+            Api::namespaced(client.clone(), ns).get("web-tinycode").await.expect("the instance's Ingress");
+        let published = ingress.status.and_then(|s| s.load_balancer).and_then(|l| l.ingress).unwrap_or_default();
+        assert_eq!(published.first().and_then(|i| i.ip.as_deref()), Some("127.0.0.1"), "published by Traefik");
+        assert_eq!(ingress.spec.and_then(|s| s.ingress_class_name).as_deref(), Some("traefik"), "the default class");
+
+        let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+        set_manager_env(node, &["TINYCODE_INGRESS_NAMESPACE-"]);
+    });
+    Ok(())
+}
+
 /// The README's first command: `make run-local` on the node ends with the
-/// sample Running and its URL. The default platform (OpenShift's APIs) only:
-/// a second run for `PLATFORM=kubernetes` costs two minutes of a suite that
-/// must stay short, and its Ingress path is the e2e's.
+/// sample Running and the URL that opens it from this machine, through the
+/// node's ingress controller to the real pod. The default platform
+/// (OpenShift's APIs, the Route served by an Ingress of the same controller)
+/// only: a second run for `PLATFORM=kubernetes` costs a minute of a suite that
+/// must stay short, and `ingress_serves_the_url` covers the Ingress path.
 fn run_local_main_job() -> Result<(), Failed> {
     let out = Command::new("bash")
         .arg(root().join("hack/run-local.sh"))
@@ -745,8 +849,30 @@ fn run_local_main_job() -> Result<(), Failed> {
     assert!(out.status.success(), "run-local failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let url = stdout.lines().find_map(|l| l.strip_prefix("URL: ")).unwrap_or_else(|| panic!("no URL line: {stdout}"));
     // The Route's default host (the stand-in router's domain).
-    assert!(url.contains("apps.local.test"), "{url}");
+    assert_eq!(url, "https://my-tinycode-tinycode-tinycode-dev.apps.localhost", "{stdout}");
     assert!(stdout.contains("Ready=True (Available)"), "{stdout}");
+    let open =
+        stdout.lines().find_map(|l| l.strip_prefix("Open: ")).unwrap_or_else(|| panic!("no Open line: {stdout}"));
+    let node = node();
+    assert!(open.starts_with(&format!("{url}:{}/ ", node.ingress_port)), "{open}");
+    // The password as the printed command shows it.
+    let password = node.kubectl_ok(&[
+        "get",
+        "secret",
+        "tinycode-password",
+        "-n",
+        "tinycode-dev",
+        "-o",
+        "jsonpath={.data.TINYCODE_SERVER_PASSWORD}",
+    ]);
+    use base64::Engine;
+    let password =
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(password.trim()).unwrap()).unwrap();
+    rt().block_on(async {
+        let (code, page) = get_through_ingress(node, url, Some(&password), Duration::ZERO).await;
+        assert_eq!(code, 200, "the printed URL, with the password: {page}");
+        assert!(page.contains("<title>tinycode stand-in</title>"), "{page}");
+    });
     Ok(())
 }
 
@@ -1271,6 +1397,7 @@ fn main() {
         ("bundled_ollama_counts_toward_ready", bundled_ollama_counts_toward_ready),
         ("oidc_sign_in_on_a_pod", oidc_sign_in_on_a_pod),
         ("namespace_deletion_completes", namespace_deletion_completes),
+        ("ingress_serves_the_url", ingress_serves_the_url),
         ("run_local_main_job", run_local_main_job),
     ];
     let trials = scenarios.into_iter().map(|(name, f)| Trial::test(name, f)).collect();

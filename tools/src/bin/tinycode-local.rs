@@ -51,13 +51,16 @@ enum Cmd {
         openshift_crds: Option<PathBuf>,
     },
     /// Play the kubelet and the router or ingress controller: report tinycode Deployments
-    /// available, admit their Routes, publish an address for their Ingresses.
+    /// available, admit their Routes, publish an address for their Ingresses. With
+    /// --no-kubelet (a real node, whose ingress controller publishes Ingresses itself), play
+    /// only the OpenShift router: admit Routes and serve each admitted edge Route through an
+    /// Ingress of the node's ingress controller.
     Simulate {
         /// Domain for admitted Route hosts.
         #[arg(long, default_value = "apps.local.test")]
         domain: String,
-        /// A real node runs the pods (hack/local-cluster.sh --node): leave Deployments to
-        /// it and play only the router and ingress controller.
+        /// A real node runs the pods and an ingress controller (hack/local-cluster.sh
+        /// --node): leave Deployments and Ingresses to them and play only the router.
         #[arg(long)]
         no_kubelet: bool,
     },
@@ -172,8 +175,9 @@ async fn simulate(domain: &str, kubelet: bool) -> Result<(), BoxError> {
 
     let client = Client::try_default().await?;
     let config = watcher::Config::default().labels("app.kubernetes.io/part-of=tinycode-operator");
-    let mut streams = vec![watch(Api::<Ingress>::all(client.clone()), &config, Seen::Ingress)];
+    let mut streams = Vec::new();
     if kubelet {
+        streams.push(watch(Api::<Ingress>::all(client.clone()), &config, Seen::Ingress));
         streams.push(watch(Api::<Deployment>::all(client.clone()), &config, |d| Seen::Deployment(Box::new(d))));
     }
     // A plain Kubernetes has no Routes.
@@ -185,7 +189,10 @@ async fn simulate(domain: &str, kubelet: bool) -> Result<(), BoxError> {
         let outcome = match event {
             Ok(Seen::Deployment(d)) => deployment_available(&client, &d).await,
             Ok(Seen::Ingress(i)) => ingress_published(&client, &i).await,
-            Ok(Seen::Route(r)) => route_admitted(&client, &r, domain).await,
+            Ok(Seen::Route(r)) => match route_admitted(&client, &r, domain).await {
+                Ok(host) if !kubelet => route_served(&client, &r, &host).await,
+                other => other.map(|_| ()),
+            },
             Err(e) => Err(e.into()),
         };
         // An object deleted meanwhile, a watch restarting: the next event retries.
@@ -239,17 +246,60 @@ async fn ingress_published(client: &Client, i: &Ingress) -> Result<(), BoxError>
     Ok(())
 }
 
-async fn route_admitted(client: &Client, r: &Route, domain: &str) -> Result<(), BoxError> {
-    let (Some(ns), Some(name)) = (r.metadata.namespace.as_deref(), r.metadata.name.as_deref()) else { return Ok(()) };
-    if tinycode_operator::render::route::admitted_host(r).is_some() {
-        return Ok(());
+/// Admits the Route (once) and returns its host.
+async fn route_admitted(client: &Client, r: &Route, domain: &str) -> Result<String, BoxError> {
+    let (Some(ns), Some(name)) = (r.metadata.namespace.as_deref(), r.metadata.name.as_deref()) else {
+        return Err("a Route without a namespace or name".into());
+    };
+    // As the router does: admitted again when the host it would serve changed
+    // (spec.host set or cleared since).
+    let host = r.spec.host.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| format!("{name}-{ns}.{domain}"));
+    if tinycode_operator::render::route::admitted_host(r).as_deref() == Some(host.as_str()) {
+        return Ok(host);
     }
-    let host = r.spec.host.clone().unwrap_or_else(|| format!("{name}-{ns}.{domain}"));
     let patch = json!({"status": {"ingress": [{"host": host, "routerName": "default", "wildcardPolicy": "None",
         "conditions": [{"type": "Admitted", "status": "True"}]}]}});
     Api::<Route>::namespaced(client.clone(), ns)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     eprintln!("simulate: Route {ns}/{name} admitted as {host}");
+    Ok(host)
+}
+
+/// No OpenShift router runs on the local node: an edge Route is served by an
+/// Ingress of the node's ingress controller (its default IngressClass and
+/// certificate) for the same host, Service and port, owned by the Route so it
+/// goes when the Route goes. Passthrough and re-encrypt Routes are left dark.
+async fn route_served(client: &Client, r: &Route, host: &str) -> Result<(), BoxError> {
+    use kube::Resource;
+    let (Some(ns), Some(name)) = (r.metadata.namespace.as_deref(), r.metadata.name.as_deref()) else { return Ok(()) };
+    let termination = r.spec.tls.as_ref().map(|t| t.termination.as_str()).unwrap_or("none");
+    if !matches!(termination, "edge" | "none") {
+        eprintln!(
+            "simulate: Route {ns}/{name} ({termination}) is not served: the local ingress serves edge Routes only"
+        );
+        return Ok(());
+    }
+    let port = match r.spec.port.as_ref().map(|p| &p.target_port) {
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n)) => json!({"number": n}),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s)) => json!({"name": s}),
+        None => return Err(format!("Route {ns}/{name} names no port").into()),
+    };
+    let owner = r.controller_owner_ref(&()).map(|mut o| {
+        o.controller = Some(false);
+        o
+    });
+    let ingress = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": format!("{name}-route"), "namespace": ns, "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
+            "labels": {"app.kubernetes.io/managed-by": "tinycode-local"}},
+        "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": r.spec.to.name, "port": port}}}]}}]},
+    });
+    let apply = PatchParams::apply("tinycode-local-router").force();
+    Api::<Ingress>::namespaced(client.clone(), ns)
+        .patch(&format!("{name}-route"), &apply, &Patch::Apply(&ingress))
+        .await?;
+    eprintln!("simulate: Route {ns}/{name} served by Ingress {name}-route");
     Ok(())
 }
