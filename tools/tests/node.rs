@@ -785,6 +785,44 @@ fn operator_network_policy_enforced() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A person's path through `url` in a real browser (tools/tests/browser/
+/// browser.py: Debian's Chromium driven by Playwright, both set up by
+/// hack/browser.sh): its report, one entry per step. Screenshots go to
+/// target/e2e-screenshots/NAME-STEP.png (files for people, never compared).
+fn browser(node: &Node, scenario: &str, name: &str, url: &str, password: &str) -> Vec<Value> {
+    static TOOLS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    let (python, chromium) = TOOLS.get_or_init(|| {
+        let out = Command::new(root().join("hack/browser.sh")).stdin(Stdio::null()).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "hack/browser.sh: {}", String::from_utf8_lossy(&out.stderr));
+        (value_of(&text, "TINYCODE_BROWSER_PYTHON="), value_of(&text, "TINYCODE_CHROMIUM="))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, password).unwrap();
+    let out = Command::new(python)
+        .arg(root().join("tools/tests/browser/browser.py"))
+        .arg(scenario)
+        .args(["--url", url, "--name", name, "--cert"])
+        .arg(&node.ingress_cert)
+        .arg("--password-file")
+        .arg(&password_file)
+        .arg("--screenshots")
+        .arg(root().join("target/e2e-screenshots"))
+        .arg("--chromium")
+        .arg(chromium)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "browser {scenario}: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the browser's JSON report");
+    report["steps"].as_array().cloned().unwrap_or_default()
+}
+
+fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
+    steps.iter().find(|s| s["step"] == name).unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
+}
+
 /// The instance's URL opens from this machine: the node's ingress controller
 /// (Traefik, a pod) serves the instance's Ingress with the certificate of its
 /// TLS Secret, through the port the node publishes on loopback, to the real
@@ -817,6 +855,25 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         assert!(page.contains(&format!("<span id=\"pod\">{pod}</span>")), "the real pod answered: {page}");
         let (code, page) = get_through_ingress(node, &url, None, ALLOWED).await;
         assert_eq!(code, 401, "without the password: {page}");
+
+        // As a person: the browser is asked for a password, a wrong one gets
+        // no page, the right one gets the UI of the pod (a value made by the
+        // process at its start, read here from inside the pod).
+        let open = format!("{url}:{}/", node.ingress_port);
+        let steps = browser(node, "password", "password-mode", &open, PASSWORD);
+        let prompt = step(&steps, "prompt");
+        assert_eq!(prompt["status"], 401, "{prompt}");
+        assert!(prompt["authenticate"].as_str().unwrap_or_default().starts_with("Basic "), "{prompt}");
+        let wrong = step(&steps, "wrong-password");
+        assert_eq!(wrong["status"], 401, "{wrong}");
+        assert_ne!(wrong["title"], "tinycode stand-in", "{wrong}");
+        let inside = node.standin_ok(ns, &pod, &["get", "-password", PASSWORD, "http://127.0.0.1:4096/"]);
+        let secret = inside.split("<span id=\"secret\">").nth(1).and_then(|r| r.split('<').next()).unwrap();
+        let signed_in = step(&steps, "signed-in");
+        assert_eq!(signed_in["status"], 200, "{signed_in}");
+        assert_eq!(signed_in["title"], "tinycode stand-in", "{signed_in}");
+        assert_eq!(signed_in["elements"]["#pod"], pod.as_str(), "{signed_in}");
+        assert_eq!(signed_in["elements"]["#secret"], secret, "the page came from the pod's process: {signed_in}");
 
         let ingress: k8s_openapi::api::networking::v1::Ingress =
             Api::namespaced(client.clone(), ns).get("web-tinycode").await.expect("the instance's Ingress");
