@@ -2,7 +2,7 @@
 # Benchmarks of the local node (hack/local-cluster.sh --node); not a test, CI
 # does not run it. Results go to docs/benchmarks.md by hand.
 #
-# Usage: hack/bench-node.sh [start|ready|memory|all]
+# Usage: hack/bench-node.sh [start|ready|url|memory|all]
 #   start   a cached node's start to Ready, BENCH_STARTS times (default 3):
 #           stops the node before each run
 #   ready   the basic sample from apply to Running (its pod Ready by its
@@ -10,6 +10,13 @@
 #           node with the operator installed (as tools/tests/node.rs leaves it,
 #           or `make run-local`); each round deletes the instance and its
 #           namespace's PVCs first
+#   url     startup as the user sees it: the basic sample (with a host name
+#           under *.apps.localhost and the node's certificate) from apply to
+#           its UI answering 200 with the password through the URL, via the
+#           node's ingress controller on loopback, BENCH_N times (default 10);
+#           also the time to Running of the same rounds. Needs the Kubernetes
+#           platform with the ingress namespace admitted, as
+#           `make run-local PLATFORM=kubernetes` leaves it
 #   memory  the resident memory of every node process and of the pods
 #           (containerd's shims and the containers), with the basic sample running
 #
@@ -72,6 +79,53 @@ bench_ready() {
 	stats "${times[@]}"
 }
 
+bench_url() {
+	local started
+	started=$(hack/local-cluster.sh start --node)
+	eval "$(grep '^export KUBECONFIG=' <<<"$started")"
+	local port ca cert key
+	port=$(sed -n 's|^TINYCODE_INGRESS_URL=https://localhost:\([0-9]*\)/$|\1|p' <<<"$started")
+	ca=$(sed -n 's/^TINYCODE_INGRESS_CA=//p' <<<"$started")
+	cert=$(sed -n 's/^TINYCODE_INGRESS_TLS_CERT=//p' <<<"$started")
+	key=$(sed -n 's/^TINYCODE_INGRESS_TLS_KEY=//p' <<<"$started")
+	"$K" get deployment tinycode-operator-manager -n tinycode-operator-system >/dev/null 2>&1 ||
+		{ log "install the operator first (make run-local PLATFORM=kubernetes)"; exit 1; }
+	if "$K" get crd routes.route.openshift.io >/dev/null 2>&1; then
+		log "the cluster serves Routes (no router runs here): use make run-local PLATFORM=kubernetes first"
+		exit 1
+	fi
+	"$K" get namespace "$NS" >/dev/null 2>&1 || "$K" create namespace "$NS" >/dev/null
+	KUBECTL=$K TINYCODE_PASSWORD=bench hack/prepare-namespace.sh "$NS" --password-from-env >/dev/null 2>&1
+	"$K" create secret tls bench-tls -n "$NS" --cert="$cert" --key="$key" --dry-run=client -o yaml | "$K" apply -f - >/dev/null
+	local host="my-tinycode-${NS}.apps.localhost" running=() answered=() i t0 phase code t_run
+	for ((i = 1; i <= ${BENCH_N:-10}; i++)); do
+		"$K" delete tinycodeinstance my-tinycode -n "$NS" --ignore-not-found --wait=true >/dev/null
+		"$K" delete pvc --all -n "$NS" --wait=true >/dev/null
+		t0=$(now)
+		sed "s/^  tlsTermination: edge\$/  hostname: ${host}\n  ingress: {tlsSecretName: bench-tls}/" \
+			config/samples/tinycode_v1alpha1_basic.yaml | "$K" apply -n "$NS" -f - >/dev/null
+		t_run=
+		for _ in $(seq 1 1200); do
+			if [[ -z "$t_run" ]]; then
+				phase=$("$K" get tinycodeinstance my-tinycode -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+				[[ "$phase" == Running ]] && t_run=$(now)
+			fi
+			code=$(printf 'user = "tinycode:bench"\n' |
+				curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$ca" -K - "https://${host}:${port}/" || true)
+			[[ "$code" == 200 ]] && break
+			sleep 0.1
+		done
+		[[ "$code" == 200 ]] || { log "round ${i}: the URL did not answer 200 in time (last: ${code})"; exit 1; }
+		answered+=("$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')")
+		running+=("$(awk -v a="$t0" -v b="${t_run:-$(now)}" 'BEGIN { printf "%.2f", b - a }')")
+		log "round ${i}: Running after ${running[-1]} s, the URL answered after ${answered[-1]} s"
+	done
+	printf 'basic sample, apply to the UI answering through its URL: '
+	stats "${answered[@]}"
+	printf 'the same rounds, apply to Running: '
+	stats "${running[@]}"
+}
+
 # rss PID...: the sum of their resident memory in MiB.
 rss() {
 	local total=0 p kb
@@ -108,6 +162,7 @@ bench_memory() {
 case "${1:-all}" in
 start) bench_start ;;
 ready) bench_ready ;;
+url) bench_url ;;
 memory) bench_memory ;;
 all)
 	bench_start

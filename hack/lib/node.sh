@@ -1218,6 +1218,7 @@ node_print() {
 	printf 'TINYCODE_PRIVATE_REGISTRY_AUTH=%s\n' "${CLUSTER_DIR}/registry-private.auth"
 	printf 'TINYCODE_INGRESS_URL=https://localhost:%s/\n' "$NODE_INGRESS_PORT"
 	printf 'TINYCODE_INGRESS_NAMESPACE=%s\n' "$INGRESS_NAMESPACE"
+	printf 'TINYCODE_NODE_NETNS=/run/netns/%s\n' "$NODE_NETNS"
 	printf 'TINYCODE_INGRESS_CA=%s\n' "${CLUSTER_DIR}/pki/ca.crt"
 	printf 'TINYCODE_INGRESS_TLS_CERT=%s\n' "${CLUSTER_DIR}/pki/ingress-default.crt"
 	printf 'TINYCODE_INGRESS_TLS_KEY=%s\n' "${CLUSTER_DIR}/pki/ingress-default.key"

@@ -209,6 +209,43 @@ pub fn subject(mode: Mode, headers: &HeaderMap, prefixes: &Prefixes) -> Result<S
     }
 }
 
+/// The ClusterRole that grants `use` on a namespace's instances
+/// (config/rbac/user_role.yaml).
+pub const INSTANCE_USER_ROLE: &str = "tinycode-instance-user";
+
+/// The command an admin of `namespace` runs to let `user` use its instances.
+pub fn grant_command(user: &str, namespace: &str) -> String {
+    format!(
+        "kubectl create rolebinding {} --clusterrole={INSTANCE_USER_ROLE} --user={} -n {namespace}",
+        binding_name(user),
+        shell_quote(user)
+    )
+}
+
+/// `s` as one word for a POSIX shell: single-quoted, its own single quotes
+/// closed, escaped and reopened.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A RoleBinding name for `user`: `tinycode-use-` and the user's letters and
+/// digits in lower case, each run of other characters as one `-`, at most 63
+/// characters, never ending in `-`.
+fn binding_name(user: &str) -> String {
+    let mut word = String::new();
+    for c in user.chars() {
+        if c.is_ascii_alphanumeric() {
+            word.push(c.to_ascii_lowercase());
+        } else if !word.is_empty() && !word.ends_with('-') {
+            word.push('-');
+        }
+    }
+    let mut name = format!("tinycode-use-{}", word.trim_end_matches('-'));
+    name.truncate(63);
+    let name = name.trim_end_matches('-');
+    if name == "tinycode-use" { "tinycode-use-user".to_string() } else { name.to_string() }
+}
+
 /// The text of a refusal for `subject` (when known) at `namespace`/`instance`.
 pub fn message(refusal: Refusal, subject: Option<&Subject>, namespace: &str, instance: &str) -> String {
     let who = subject.map_or("(unknown)", Subject::display_name);
@@ -221,8 +258,11 @@ pub fn message(refusal: Refusal, subject: Option<&Subject>, namespace: &str, ins
         }
         Refusal::Forbidden => format!(
             "Forbidden: {who} may not use tinycode instance {instance} in namespace {namespace}.\n\
-             An admin of namespace {namespace} can grant it with a RoleBinding there to a Role \
-             allowing verb \"use\" on \"tinycodeinstances\" (apiGroup tinycode.dev, resourceNames [{instance}]).\n"
+             An admin of namespace {namespace} can grant it with a RoleBinding there to the ClusterRole \
+             {role} (verb \"use\" on \"tinycodeinstances\"), or to a Role allowing \"use\" on this \
+             instance only (apiGroup tinycode.dev, resourceNames [{instance}]):\n{command}\n",
+            role = INSTANCE_USER_ROLE,
+            command = grant_command(who, namespace),
         ),
         Refusal::Unavailable => "Service unavailable: cannot check your access now; try again shortly\n".to_string(),
         Refusal::Reserved => "Forbidden: the identity provider named you or one of your groups under \"system:\", \
@@ -383,5 +423,13 @@ mod tests {
         for part in ["oidc:alice", "team-a", "ide", "RoleBinding", "\"use\"", "tinycodeinstances"] {
             assert!(text.contains(part), "{part} missing from {text}");
         }
+    }
+
+    #[test]
+    fn binding_names_are_valid_whatever_the_user() {
+        assert_eq!(binding_name("Alice@Example.COM"), "tinycode-use-alice-example-com");
+        assert_eq!(binding_name("@@@"), "tinycode-use-user");
+        let long = binding_name(&"a".repeat(200));
+        assert!(long.len() <= 63 && !long.ends_with('-'), "{long}");
     }
 }

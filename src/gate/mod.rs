@@ -19,7 +19,7 @@
 //! | a token the apiserver does not accept (openshift)    | 401                           |
 //! | a POST, PUT, PATCH, DELETE or upgrade from another site | 403                         |
 //! | a user or group under `system:` (oidc)               | 403                           |
-//! | a user not allowed `use`                             | 403, naming the user and the fix |
+//! | a user not allowed `use`                             | 403, naming the user and the command that grants it |
 //! | the review failed or took over 5 s                   | 503 (fail closed)             |
 //! | an allowed user                                      | the tinycode server's answer  |
 //!
@@ -32,11 +32,13 @@
 //! and carry the server's password instead (`--password-file`), so the user
 //! never needs it. State-changing requests and upgrades another site sends
 //! in the user's name are refused (403) before any review (`browser.rs`);
-//! so are user and group names under `system:` (oidc).
+//! so are user and group names under `system:` (oidc). A browser gets each
+//! refusal as a small HTML page (`pages.rs`), any other client as text.
 
 pub mod activity;
 pub mod browser;
 pub mod identity;
+pub mod pages;
 pub mod proxy;
 pub mod review;
 
@@ -147,9 +149,8 @@ impl GateService {
         }
         if let Some(why) = browser::cross_site(req.method(), req.headers()) {
             tracing::debug!(why, "gate: refused a cross-site request");
-            let refusal = Refusal::CrossSite;
-            let body = identity::message(refusal, None, &self.target.namespace, &self.target.instance);
-            return proxy::text(refusal.status(), body);
+            let (namespace, instance) = (&self.target.namespace, &self.target.instance);
+            return pages::refusal(req.headers(), Refusal::CrossSite, None, namespace, instance);
         }
         match self.gate.check(req.headers()).await {
             Verdict::Pass(subject) => {
@@ -165,8 +166,8 @@ impl GateService {
             Verdict::Refuse(refusal, subject) => {
                 let user = subject.as_ref().map_or("", Subject::display_name);
                 tracing::debug!(user, ?refusal, "gate: refused");
-                let body = identity::message(refusal, subject.as_ref(), &self.target.namespace, &self.target.instance);
-                proxy::text(refusal.status(), body)
+                let (namespace, instance) = (&self.target.namespace, &self.target.instance);
+                pages::refusal(req.headers(), refusal, subject.as_ref(), namespace, instance)
             }
         }
     }

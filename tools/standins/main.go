@@ -8,8 +8,6 @@
 //	standin serve ADDR TEXT
 //	                     answer every request on ADDR with TEXT (a host in
 //	                     the node's network: the metadata stand-in)
-//	standin signin ...   a browser signing in through an instance's proxy and
-//	                     the OIDC stand-in (signin.go)
 //	standin self         print what this process may do (uid, capabilities,
 //	                     whether / is writable) as JSON, for `kubectl exec`
 //	standin put-file PATH CONTENT, standin cat PATH
@@ -65,8 +63,6 @@ func main() {
 		err = runGet(os.Args[2:])
 	case "self":
 		err = runSelf()
-	case "signin":
-		err = runSignin(os.Args[2:])
 	case "put-file":
 		if len(os.Args) != 4 {
 			err = fmt.Errorf("usage: standin put-file PATH CONTENT")

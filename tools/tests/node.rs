@@ -59,6 +59,9 @@ struct Node {
     ingress_cert: PathBuf,
     ingress_key: PathBuf,
     ingress_namespace: String,
+    /// The node's network namespace (a browser that must reach the OIDC
+    /// provider runs there).
+    netns: PathBuf,
 }
 
 static NODE: OnceLock<Node> = OnceLock::new();
@@ -92,6 +95,7 @@ fn node() -> &'static Node {
             ingress_cert: value_of(&started, "TINYCODE_INGRESS_TLS_CERT="),
             ingress_key: value_of(&started, "TINYCODE_INGRESS_TLS_KEY="),
             ingress_namespace: value_of(&started, "TINYCODE_INGRESS_NAMESPACE=").display().to_string(),
+            netns: value_of(&started, "TINYCODE_NODE_NETNS="),
         }
     })
 }
@@ -785,11 +789,12 @@ fn operator_network_policy_enforced() -> Result<(), Failed> {
     Ok(())
 }
 
-/// A person's path through `url` in a real browser (tools/tests/browser/
-/// browser.py: Debian's Chromium driven by Playwright, both set up by
-/// hack/browser.sh): its report, one entry per step. Screenshots go to
-/// target/e2e-screenshots/NAME-STEP.png (files for people, never compared).
-fn browser(node: &Node, scenario: &str, name: &str, url: &str, password: &str) -> Vec<Value> {
+/// A person's path in a real browser (tools/tests/browser/browser.py:
+/// Debian's Chromium driven by Playwright, both set up by hack/browser.sh),
+/// scenario `scenario` with `args`, on this machine or (`in_node`) inside the
+/// node's network namespace: its report, one entry per step. Screenshots go
+/// to target/e2e-screenshots/NAME-STEP.png (files for people, never compared).
+fn browser(node: &Node, scenario: &str, name: &str, args: &[String], in_node: bool) -> Vec<Value> {
     static TOOLS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     let (python, chromium) = TOOLS.get_or_init(|| {
         let out = Command::new(root().join("hack/browser.sh")).stdin(Stdio::null()).output().unwrap();
@@ -797,16 +802,19 @@ fn browser(node: &Node, scenario: &str, name: &str, url: &str, password: &str) -
         assert!(out.status.success(), "hack/browser.sh: {}", String::from_utf8_lossy(&out.stderr));
         (value_of(&text, "TINYCODE_BROWSER_PYTHON="), value_of(&text, "TINYCODE_CHROMIUM="))
     });
-    let dir = tempfile::tempdir().unwrap();
-    let password_file = dir.path().join("password");
-    std::fs::write(&password_file, password).unwrap();
-    let out = Command::new(python)
+    let mut cmd = if in_node {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", node.netns.display())).arg("--").arg(python);
+        c
+    } else {
+        Command::new(python)
+    };
+    let out = cmd
         .arg(root().join("tools/tests/browser/browser.py"))
         .arg(scenario)
-        .args(["--url", url, "--name", name, "--cert"])
+        .args(args)
+        .args(["--name", name, "--cert"])
         .arg(&node.ingress_cert)
-        .arg("--password-file")
-        .arg(&password_file)
         .arg("--screenshots")
         .arg(root().join("target/e2e-screenshots"))
         .arg("--chromium")
@@ -860,7 +868,11 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         // no page, the right one gets the UI of the pod (a value made by the
         // process at its start, read here from inside the pod).
         let open = format!("{url}:{}/", node.ingress_port);
-        let steps = browser(node, "password", "password-mode", &open, PASSWORD);
+        let dir = tempfile::tempdir().unwrap();
+        let password_file = dir.path().join("password");
+        std::fs::write(&password_file, PASSWORD).unwrap();
+        let args = ["--url".to_string(), open, "--password-file".into(), password_file.display().to_string()];
+        let steps = browser(node, "password", "password-mode", &args, false);
         let prompt = step(&steps, "prompt");
         assert_eq!(prompt["status"], 401, "{prompt}");
         assert!(prompt["authenticate"].as_str().unwrap_or_default().starts_with("Basic "), "{prompt}");
@@ -1284,27 +1296,16 @@ fn set_manager_env(node: &Node, vars: &[&str]) {
     node.kubectl_ok(&["rollout", "status", deployment, "-n", OPERATOR_NS, "--timeout=180s"]);
 }
 
-/// A browser signing `email` in to the instance at `host` (its Service
-/// `service`) through the node's OIDC provider, from a pod of `ns`: the
-/// stand-in's report (every hop, the last status and body).
-async fn sign_in_from_pod(node: &Node, client: &Client, ns: &str, service: &str, host: &str, email: &str) -> Value {
-    let args: Vec<String> =
-        ["signin", "-service", service, "-host", host, "-queue", &node.oidc_queue_url, "-email", email]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    let (phase, logs) = client_pod(node, client, ns, &args).await;
-    assert_eq!(phase, "Succeeded", "signing {email} in: {logs}");
-    serde_json::from_str(logs.trim()).unwrap_or_else(|e| panic!("the sign-in report ({e}): {logs}"))
-}
-
 /// Sign-in (auth.mode oidc) in one real pod: oauth2-proxy (the real binary,
 /// pulled under the operator's default image name), the gate (the operator's
 /// image) and the tinycode stand-in, each Ready by its own probe; the OIDC
 /// provider in the node's network; the operator's relay (in its pod, behind
 /// its Service and NetworkPolicy) redeeming codes with the client secret only
-/// it holds. The cluster-admin's steps are README's (Sign-in). The namespace's
-/// admin gets through to tinycode, a viewer is refused.
+/// it holds. The cluster-admin's steps are README's (Sign-in). In a real
+/// browser, through the node's ingress controller to each instance's own URL:
+/// the namespace's admin gets through to tinycode, the session of one
+/// instance does not open another, and a viewer gets the gate's page naming
+/// the command that would let them in.
 fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
     rt().block_on(async {
         let node = node();
@@ -1325,6 +1326,8 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             &[
                 &format!("TINYCODE_OIDC_ISSUER_URL={}", node.oidc_issuer),
                 &format!("TINYCODE_OIDC_CLIENT_ID={}", node.oidc_client_id),
+                // The instances' NetworkPolicy admits the ingress controller.
+                &format!("TINYCODE_INGRESS_NAMESPACE={}", node.ingress_namespace),
             ],
         );
 
@@ -1348,38 +1351,26 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             "-n",
             ns,
         ]);
-        let mut instance = basic_instance("dev");
-        instance["spec"]["auth"] = json!({"mode": "oidc"});
-        instance["spec"]["tlsTermination"] = json!("edge");
-        // The Ingress's host (the node has no router; the browser below goes
-        // to the Service with this host, as an ingress controller would).
-        instance["spec"]["hostname"] = json!("dev.node-signin.apps.tinycode.test");
-        // On Kubernetes the Ingress terminates TLS with this Secret (https URL).
-        instance["spec"]["ingress"] = json!({"tlsSecretName": "dev-tls"});
-        apply_instance(&client, ns, &instance).await;
-        wait_running(&client, ns, "dev").await;
-        // No router runs on the node: on the OpenShift platform the test
-        // admits the Route as one would (on Kubernetes the Ingress's host is
-        // the URL at once, and there is no Route to admit).
-        let host = "dev.node-signin.apps.tinycode.test";
-        // On Kubernetes the Ingress waits for a controller to publish an
-        // address: the test publishes one as a controller would.
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
-        let ingresses: Api<k8s_openapi::api::networking::v1::Ingress> = Api::namespaced(client.clone(), ns);
-        let url = wait_for("status.url", WAIT, || {
-            let (api, client, ingresses) = (api.clone(), client.clone(), ingresses.clone());
-            async move {
-                let _ = tinycode_tools::devcluster::admit_route(&client, ns, "dev-tinycode", host).await;
-                let published = json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}});
-                let _ =
-                    ingresses.patch_status("dev-tinycode", &PatchParams::default(), &Patch::Merge(&published)).await;
-                api.get("dev").await.ok()?.data["status"]["url"].as_str().map(str::to_string)
-            }
-        })
-        .await;
-        assert_eq!(url, format!("https://{host}"), "the instance's URL");
-        let host = host.to_string();
+        // Two instances behind the node's ingress controller, each with its
+        // host name and the node's certificate (the Ingress's TLS Secret).
+        let (cert, key) = (node.ingress_cert.display().to_string(), node.ingress_key.display().to_string());
+        node.kubectl_ok(&["create", "secret", "tls", "apps-tls", "-n", ns, "--cert", &cert, "--key", &key]);
+        for name in ["dev", "other"] {
+            let mut instance = basic_instance(name);
+            instance["spec"]["auth"] = json!({"mode": "oidc"});
+            instance["spec"]["tlsTermination"] = json!("edge");
+            instance["spec"]["hostname"] = json!(format!("{name}-{ns}.apps.localhost"));
+            instance["spec"]["ingress"] = json!({"tlsSecretName": "apps-tls"});
+            apply_instance(&client, ns, &instance).await;
+        }
+        let mut urls = Vec::new();
+        for name in ["dev", "other"] {
+            // status.url once the controller (Traefik) published the Ingress.
+            let status = wait_running(&client, ns, name).await;
+            urls.push(status["url"].as_str().expect("status.url").to_string());
+        }
+        let host = format!("dev-{ns}.apps.localhost");
+        assert_eq!(urls, [format!("https://{host}"), format!("https://other-{ns}.apps.localhost")], "the URLs");
 
         // One pod, three containers, each Ready by its own probe.
         let pods = server_pods(&client, ns, "dev").await;
@@ -1399,17 +1390,47 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             proxy.image
         );
 
-        let service = format!("http://{}.{ns}.svc.cluster.local:4096", ui_service(&client, ns, "dev").await);
-        // The namespace's admin (tinycode-user-role by aggregation, so `use`)
-        // is sent to the provider, back to the instance's own callback, and
-        // through the gate to tinycode, which got the password from the gate.
-        let alice = sign_in_from_pod(node, &client, ns, &service, &host, "alice@example.com").await;
+        // A person in a browser, inside the node's network (where the OIDC
+        // provider is), through the ingress controller to the instance's own
+        // URL. The namespace's admin (tinycode-user-role by aggregation, so
+        // `use`) is sent to the provider, back to the instance's own
+        // callback, and through the gate to tinycode.
+        let ingress_ip = node.kubectl_ok(&[
+            "get",
+            "service",
+            "traefik",
+            "-n",
+            &node.ingress_namespace,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]);
+        let args: Vec<String> = [
+            "--url",
+            &urls[0],
+            "--other-url",
+            &urls[1],
+            "--queue",
+            &node.oidc_queue_url,
+            "--allowed",
+            "alice@example.com",
+            "--refused",
+            "carol@example.com",
+            "--issuer",
+            &node.oidc_issuer,
+            "--map",
+            ingress_ip.trim(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let steps = browser(node, "oidc", "oidc-mode", &args, true);
+        let alice = step(&steps, "allowed");
         let hops = alice["hops"].as_array().cloned().unwrap_or_default();
         let first = hops.first().cloned().unwrap_or_default();
         assert_eq!(first["status"], 302, "no session yet: {alice}");
         let to_provider = first["location"].as_str().unwrap_or_default();
         assert!(to_provider.starts_with(&format!("{}/authorize", node.oidc_issuer)), "sent to the provider: {alice}");
-        let callback = format!("redirect_uri=https%3A%2F%2F{}%2Foauth2%2Fcallback", host.replace(':', "%3A"));
+        let callback = format!("redirect_uri=https%3A%2F%2F{host}%2Foauth2%2Fcallback");
         assert!(to_provider.contains(&callback), "with the instance's own callback: {alice}");
         assert!(
             hops.iter()
@@ -1417,13 +1438,36 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             "the provider sent the browser back to the instance: {alice}"
         );
         assert_eq!(alice["status"], 200, "alice is through: {alice}");
-        let body = alice["body"].as_str().unwrap_or_default();
-        assert!(body.contains("<title>tinycode stand-in</title>"), "tinycode answered alice: {alice}");
+        assert_eq!(alice["title"], "tinycode stand-in", "tinycode answered alice: {alice}");
+        let pod = pods[0].metadata.name.clone().unwrap();
+        assert_eq!(alice["elements"]["#pod"], pod.as_str(), "the instance's own pod: {alice}");
 
-        // A viewer signs in and is refused by the gate.
-        let carol = sign_in_from_pod(node, &client, ns, &service, &host, "carol@example.com").await;
+        // Signed in at dev, the same browser opens other: its sign-in starts
+        // over at the provider (dev's session cookie is not other's).
+        let other = step(&steps, "other-instance");
+        let hops = other["hops"].as_array().cloned().unwrap_or_default();
+        let first = hops.first().cloned().unwrap_or_default();
+        assert_eq!(first["status"], 302, "{other}");
+        let location = first["location"].as_str().unwrap_or_default();
+        assert!(location.starts_with(&format!("{}/authorize", node.oidc_issuer)), "{other}");
+        assert!(location.contains(&format!("redirect_uri=https%3A%2F%2Fother-{ns}.apps.localhost")), "{other}");
+        assert!(hops.iter().all(|h| h["status"] != 200), "nothing of other was served: {other}");
+
+        // A viewer signs in and gets the gate's page: the instance, and the
+        // command an admin of the namespace runs to let them in.
+        let carol = step(&steps, "refused");
         assert_eq!(carol["status"], 403, "carol (view) is refused: {carol}");
-        assert!(!carol["body"].as_str().unwrap_or_default().contains("tinycode stand-in"), "{carol}");
+        assert_ne!(carol["title"], "tinycode stand-in", "{carol}");
+        assert_eq!(carol["elements"]["#instance"], "dev", "{carol}");
+        let command = carol["elements"]["#command"].as_str().unwrap_or_default();
+        assert_eq!(
+            command,
+            format!(
+                "kubectl create rolebinding tinycode-use-carol-example-com --clusterrole=tinycode-instance-user \
+                 --user='carol@example.com' -n {ns}"
+            ),
+            "{carol}"
+        );
 
         // The operator as it was, for the scenarios after this one.
         let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;

@@ -10,7 +10,9 @@
 //	POST /queue-user {"subject":"u1","email":"u1@example.com",
 //	                  "preferred_username":"u1","groups":["g1","g2"]}
 //
-// ("email_verified" defaults to true). With an empty queue mockoidc signs in
+// ("email_verified" defaults to true). `POST /queue-user?only=true` empties the
+// queue first, so a sign-in an earlier test left unfinished cannot hand its
+// user to the next one. With an empty queue mockoidc signs in
 // its DefaultUser (jane.doe@example.com, groups engineering and design).
 // mockoidc puts email only in tokens for the "email" scope, preferred_username
 // for "profile" and groups for "groups".
@@ -119,6 +121,11 @@ func main() {
 			return
 		}
 		verified := u.EmailVerified == nil || *u.EmailVerified
+		if r.URL.Query().Get("only") == "true" {
+			m.UserQueue.Lock()
+			m.UserQueue.Queue = nil
+			m.UserQueue.Unlock()
+		}
 		m.QueueUser(&mockoidc.MockUser{Subject: u.Subject, Email: u.Email, EmailVerified: verified,
 			PreferredUsername: u.PreferredUsername, Groups: u.Groups})
 		log.Printf("queued user %q", u.Subject)

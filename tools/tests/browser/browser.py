@@ -6,6 +6,13 @@ screenshot under --screenshots (kept as files, never compared).
 
     python browser.py password --url URL --password-file FILE --cert PEM \
         --screenshots DIR --name NAME
+    python browser.py oidc --url URL --other-url URL --queue URL --allowed EMAIL \
+        --refused EMAIL --issuer URL --map IP --cert PEM --screenshots DIR --name NAME
+
+`oidc` runs inside the node's network namespace (the tests start it with
+nsenter), where the OpenID Connect provider lives: the instances' names are
+mapped to the ingress controller's Service address (--map), so the URLs are
+the instances' own (status.url, port 443).
 
 Prints one JSON object: {"steps": [{"step", "status", "title", "text",
 "authenticate", "elements": {...}}, ...]}.
@@ -22,6 +29,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 
 from playwright.sync_api import sync_playwright
 
@@ -37,10 +46,17 @@ def spki_sha256(cert_path):
 
 
 def launch(p, args):
+    if args.map:
+        # The provider is named by its address in the node's network, which
+        # the rules leave alone (a rule matches addresses too).
+        provider = urllib.parse.urlparse(args.issuer).hostname
+        rules = f"MAP *.apps.localhost {args.map}, MAP * ~NOTFOUND, EXCLUDE {provider}"
+    else:
+        rules = "MAP * ~NOTFOUND, EXCLUDE *.apps.localhost, EXCLUDE localhost"
     return p.chromium.launch(
         executable_path=args.chromium,
         args=[
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE *.apps.localhost, EXCLUDE localhost",
+            "--host-resolver-rules=" + rules,
             "--ignore-certificate-errors-spki-list=" + spki_sha256(args.cert),
             "--disable-background-networking",
             "--disable-component-update",
@@ -53,7 +69,18 @@ def launch(p, args):
 def visit(browser, args, step, credentials, read):
     """Opens the URL in a fresh context (no cookies, no cached credentials)."""
     context = browser.new_context(http_credentials=credentials) if credentials else browser.new_context()
+    result = open_in(context, args, step, args.url, read)
+    context.close()
+    return result
+
+
+def open_in(context, args, step, url, read, block=None):
+    """Opens `url` in a new page of `context` (its cookies kept); requests to
+    URLs starting with `block` are not sent. Reports every answer to the
+    document request (redirects included) as `hops`."""
     page = context.new_page()
+    if block:
+        page.route(block + "**", lambda route: route.abort())
     # The answers to the document request, as the browser received them: a
     # password prompt is a 401 the browser does not render (with no password,
     # or a wrong one, Playwright cancels the prompt and navigation fails).
@@ -61,7 +88,7 @@ def visit(browser, args, step, credentials, read):
     page.on("response", lambda r: answers.append(r) if r.request.is_navigation_request() else None)
     error = None
     try:
-        page.goto(args.url, wait_until="load")
+        page.goto(url, wait_until="load")
     except Exception as e:  # noqa: BLE001 -- the error is what the step reports
         error = str(e).splitlines()[0]
     last = answers[-1] if answers else None
@@ -73,11 +100,46 @@ def visit(browser, args, step, credentials, read):
         "title": page.title(),
         "text": page.locator("body").inner_text(),
         "elements": {sel: page.locator(sel).inner_text() for sel in read if page.locator(sel).count() == 1},
+        "hops": [{"url": a.url, "status": a.status, "location": a.headers.get("location")} for a in answers],
+        "final_url": page.url,
     }
     os.makedirs(args.screenshots, exist_ok=True)
     page.screenshot(path=os.path.join(args.screenshots, f"{args.name}-{step}.png"), full_page=True)
-    context.close()
+    page.close()
     return result
+
+
+def queue(args, email):
+    """Tells the OpenID Connect stand-in who signs in next (it has no login
+    form: the next authorization is that user's)."""
+    body = json.dumps({"subject": "sub-" + email, "email": email, "preferred_username": email,
+                       "groups": ["node-devs"]}).encode()
+    # ?only=true: the queue holds this user alone, whatever an earlier,
+    # unfinished sign-in left in it.
+    request = urllib.request.Request(args.queue + "?only=true", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        if answer.status // 100 != 2:
+            raise SystemExit(f"queueing {email}: status {answer.status}")
+
+
+def oidc(args):
+    steps = []
+    with sync_playwright() as p:
+        browser = launch(p, args)
+        queue(args, args.allowed)
+        context = browser.new_context()
+        steps.append(open_in(context, args, "allowed", args.url, ["#pod", "#secret", "h1"]))
+        # The same browser, signed in at the first instance, opens another:
+        # that instance's sign-in starts over (the provider is not asked).
+        steps.append(open_in(context, args, "other-instance", args.other_url, [], block=args.issuer))
+        context.close()
+        queue(args, args.refused)
+        context = browser.new_context()
+        steps.append(open_in(context, args, "refused", args.url, ["#instance", "#namespace", "#command", "#message"]))
+        context.close()
+        browser.close()
+    return {"steps": steps}
 
 
 def password(args):
@@ -97,15 +159,21 @@ def password(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["password"])
+    parser.add_argument("scenario", choices=["password", "oidc"])
     parser.add_argument("--url", required=True)
-    parser.add_argument("--password-file", required=True)
+    parser.add_argument("--password-file")
+    parser.add_argument("--other-url")
+    parser.add_argument("--queue")
+    parser.add_argument("--allowed")
+    parser.add_argument("--refused")
+    parser.add_argument("--issuer")
+    parser.add_argument("--map")
     parser.add_argument("--cert", required=True)
     parser.add_argument("--screenshots", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--chromium", default=os.environ.get("TINYCODE_CHROMIUM", "chromium"))
     args = parser.parse_args()
-    json.dump(password(args), sys.stdout)
+    json.dump(password(args) if args.scenario == "password" else oidc(args), sys.stdout)
     sys.stdout.write("\n")
 
 
