@@ -842,6 +842,10 @@ spec:
         - --global.sendAnonymousUsage=false
         - --entryPoints.websecure.address=:8443
         - --entryPoints.websecure.http.tls=true
+        # A header whose name aliases another (X_Forwarded_User for
+        # X-Forwarded-User) is dropped: images that read headers CGI-style
+        # would otherwise take it for the one the sign-in proxy sets.
+        - --entryPoints.websecure.http.aliasHeadersStrategy=delete
         - --entryPoints.traefik.address=:9000
         - --ping=true
         - --providers.kubernetesIngress=true
