@@ -827,6 +827,19 @@ fn browser(node: &Node, scenario: &str, name: &str, args: &[String], in_node: bo
     report["steps"].as_array().cloned().unwrap_or_default()
 }
 
+/// The step's hops, after asserting its first answer sent the browser to the
+/// provider's authorization endpoint with `host`'s own callback.
+fn sent_to_provider(node: &Node, step: &Value, host: &str) -> Vec<Value> {
+    let hops = step["hops"].as_array().cloned().unwrap_or_default();
+    let first = hops.first().cloned().unwrap_or_default();
+    assert_eq!(first["status"], 302, "sent on at once: {step}");
+    let location = first["location"].as_str().unwrap_or_default();
+    assert!(location.starts_with(&format!("{}/authorize", node.oidc_issuer)), "sent to the provider: {step}");
+    let callback = format!("redirect_uri=https%3A%2F%2F{host}%2Foauth2%2Fcallback");
+    assert!(location.contains(&callback), "with {host}'s own callback: {step}");
+    hops
+}
+
 fn step<'a>(steps: &'a [Value], name: &str) -> &'a Value {
     steps.iter().find(|s| s["step"] == name).unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
 }
@@ -1425,13 +1438,8 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         .collect();
         let steps = browser(node, "oidc", "oidc-mode", &args, true);
         let alice = step(&steps, "allowed");
-        let hops = alice["hops"].as_array().cloned().unwrap_or_default();
-        let first = hops.first().cloned().unwrap_or_default();
-        assert_eq!(first["status"], 302, "no session yet: {alice}");
-        let to_provider = first["location"].as_str().unwrap_or_default();
-        assert!(to_provider.starts_with(&format!("{}/authorize", node.oidc_issuer)), "sent to the provider: {alice}");
-        let callback = format!("redirect_uri=https%3A%2F%2F{host}%2Foauth2%2Fcallback");
-        assert!(to_provider.contains(&callback), "with the instance's own callback: {alice}");
+        // No session yet: sent to the provider with the instance's own callback.
+        let hops = sent_to_provider(node, alice, &host);
         assert!(
             hops.iter()
                 .any(|h| h["url"].as_str().unwrap_or_default().starts_with(&format!("https://{host}/oauth2/callback"))),
@@ -1445,12 +1453,7 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         // Signed in at dev, the same browser opens other: its sign-in starts
         // over at the provider (dev's session cookie is not other's).
         let other = step(&steps, "other-instance");
-        let hops = other["hops"].as_array().cloned().unwrap_or_default();
-        let first = hops.first().cloned().unwrap_or_default();
-        assert_eq!(first["status"], 302, "{other}");
-        let location = first["location"].as_str().unwrap_or_default();
-        assert!(location.starts_with(&format!("{}/authorize", node.oidc_issuer)), "{other}");
-        assert!(location.contains(&format!("redirect_uri=https%3A%2F%2Fother-{ns}.apps.localhost")), "{other}");
+        let hops = sent_to_provider(node, other, &format!("other-{ns}.apps.localhost"));
         assert!(hops.iter().all(|h| h["status"] != 200), "nothing of other was served: {other}");
 
         // A viewer signs in and gets the gate's page: the instance, and the
