@@ -814,8 +814,15 @@ fn signin_settings() -> (Settings, Approved) {
 }
 
 fn render_mode(mode: &str) -> (Values, Vec<Value>) {
+    render_mode_with(mode, json!({}))
+}
+
+/// [`render_mode`] with more of the spec.
+fn render_mode_with(mode: &str, more: Value) -> (Values, Vec<Value>) {
     let (settings, approved) = signin_settings();
-    let spec: TinycodeInstanceSpec = serde_json::from_value(json!({"auth": {"mode": mode}})).unwrap();
+    let mut spec = json!({"auth": {"mode": mode}});
+    spec.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+    let spec: TinycodeInstanceSpec = serde_json::from_value(spec).unwrap();
     let instance = InstanceRef { name: "dev", namespace: "team", uid: "u" };
     render_values(values::build(&instance, &spec, &settings, &approved, None))
 }
@@ -879,18 +886,50 @@ fn password_mode_exposes_tinycode_itself_and_has_no_proxy() {
 #[test]
 fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     let (v, docs) = render_mode("oidc");
+    // The agent's Deployment holds tinycode alone; the sign-in proxy and the
+    // gate are the front's, which stays up (one replica) while it is stopped.
     let deploy = find(&docs, "Deployment", "dev-tinycode");
-    let pod = &deploy["spec"]["template"]["spec"];
-    // Only the proxy's port is reachable: the Service (so the Route or
-    // Ingress) and the NetworkPolicy name it, not tinycode's.
+    let names: Vec<&Value> = deploy["spec"]["template"]["spec"]["containers"].as_array().unwrap().iter().collect();
+    assert_eq!(names.iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), vec!["tinycode"]);
+    let front = find(&docs, "Deployment", "dev-tinycode-front");
+    assert_eq!(front["spec"]["replicas"], 1);
+    assert_eq!(
+        front["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0,
+        "the old front serves until the new one is Ready"
+    );
+    let pod = &front["spec"]["template"]["spec"];
+    assert_eq!(front["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"], "front");
+    // Only the proxy's port is reachable from outside: the Service (so the
+    // Route or Ingress) selects the front and names the proxy's port.
     let service = find(&docs, "Service", "dev-tinycode");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "signin");
+    assert_eq!(service["spec"]["selector"]["app.kubernetes.io/component"], "front");
+    let ports_of = |policy: &Value| -> Vec<Value> {
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["ports"].as_array().unwrap().clone())
+            .map(|p| p["port"].clone())
+            .collect()
+    };
+    // The front: the proxy's port, and the activity report for the operator alone.
+    let front_policy = find(&docs, "NetworkPolicy", "dev-tinycode-front");
+    assert_eq!(front_policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "front");
+    assert_eq!(ports_of(front_policy), vec![json!(4180), json!(4097)]);
+    // The agent: tinycode and its activity report, for the front's pods only.
     let policy = find(&docs, "NetworkPolicy", "dev-tinycode");
-    let ports =
-        policy["spec"]["ingress"].as_array().unwrap().iter().flat_map(|r| r["ports"].as_array().unwrap().clone());
-    // The proxy's port, and the activity report for the operator alone.
-    assert_eq!(ports.map(|p| p["port"].clone()).collect::<Vec<_>>(), vec![json!(4180), json!(4097)]);
-    let proxy = container(deploy, "signin-proxy");
+    assert_eq!(ports_of(policy), vec![json!(4096), json!(4098)]);
+    let from = &policy["spec"]["ingress"][0]["from"];
+    assert_eq!(from.as_array().unwrap().len(), 1, "{from}");
+    assert_eq!(from[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "front");
+    assert!(from[0].get("namespaceSelector").is_none(), "only this namespace's front: {from}");
+    let agent = find(&docs, "Service", "dev-tinycode-agent");
+    assert_eq!(agent["spec"]["selector"]["app.kubernetes.io/component"], "server");
+    let agent_ports: Vec<_> =
+        agent["spec"]["ports"].as_array().unwrap().iter().map(|p| p["targetPort"].clone()).collect();
+    assert_eq!(agent_ports, vec![json!(4096), json!(4098)]);
+    let proxy = container(front, "signin-proxy");
     assert_eq!(proxy["image"], "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6");
     assert_eq!(proxy["ports"][0]["containerPort"], 4180);
     assert_eq!(proxy["ports"][0]["name"], "signin");
@@ -902,24 +941,31 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
                 .to_string()
         )
     );
-    let gate = container(deploy, "gate");
+    let gate = container(front, "gate");
     assert_eq!(args(gate)[0], "gate");
     assert!(args(gate).contains(&"--mode=oidc".to_string()));
+    assert!(args(gate).contains(&"--upstream=http://dev-tinycode-agent.team.svc:4096".to_string()));
+    assert!(args(gate).contains(&"--agent=runs".to_string()));
     // The gate serves the activity report (the requests it lets through,
     // joined with the image's own report, moved to 4098).
     assert!(args(gate).contains(&"--activity-listen=0.0.0.0:4097".to_string()));
-    assert!(args(gate).contains(&"--activity-report=http://127.0.0.1:4098/activity".to_string()));
+    assert!(args(gate).contains(&"--activity-report=http://dev-tinycode-agent.team.svc:4098/activity".to_string()));
     assert_eq!(gate["ports"], json!([{"name": "activity", "containerPort": 4097, "protocol": "TCP"}]));
     let tc = container(deploy, "tinycode");
     assert!(tc["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4098"})));
     assert!(!tc["ports"].as_array().unwrap().iter().any(|p| p["name"] == "activity"));
     // Volumes only where they belong: the relay credential, CA and password
     // in the gate, the cookie secret and relay credential in the proxy, none
-    // of them in tinycode.
+    // of them in tinycode's pod.
     assert_eq!(mounts(gate), vec!["gate"]);
-    assert_eq!(mounts(proxy), vec!["signin"]);
-    let tinycode = container(deploy, "tinycode");
-    assert!(!mounts(tinycode).iter().any(|m| m == "gate" || m == "signin"));
+    assert_eq!(mounts(proxy), vec!["signin", "signin-pages"]);
+    let agent_volumes: Vec<&str> = deploy["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert!(!agent_volumes.iter().any(|m| *m == "gate" || *m == "signin"), "{agent_volumes:?}");
     assert_eq!(pod["automountServiceAccountToken"], false);
     let volume = |name: &str| pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().unwrap();
     let sources = volume("gate")["projected"]["sources"].as_array().unwrap().clone();
@@ -940,16 +986,56 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     assert!(
         args(gate).contains(&"--relay-credential-file=/var/run/secrets/tinycode/gate/relay-credential".to_string())
     );
+    // An idle-stopped instance is started through the relay, as itself.
+    assert!(
+        args(gate).contains(
+            &"--start-url=http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484/oidc/start/team/dev"
+                .to_string()
+        )
+    );
+}
+
+/// The sign-in proxy's error page names the instance and uses only what
+/// both proxies fill in (oauth2-proxy's and OpenShift's oauth-proxy's error
+/// templates share Title and Message).
+#[test]
+fn a_failed_sign_in_gets_the_instances_own_page() {
+    for mode in ["oidc", "openshift"] {
+        let (v, docs) = render_mode(mode);
+        let pages = find(&docs, "ConfigMap", "dev-tinycode-signin-pages");
+        let page = pages["data"]["error.html"].as_str().unwrap();
+        assert!(page.contains("<h1 id=\"instance\">dev</h1>"), "{page}");
+        assert!(page.contains("namespace team"), "{page}");
+        assert!(!page.contains('@'), "every placeholder filled: {page}");
+        let actions: std::collections::BTreeSet<&str> =
+            page.split("{{").skip(1).map(|a| a.split("}}").next().unwrap().trim()).collect();
+        assert_eq!(actions, [".Message", ".Title"].into(), "{mode}");
+        assert!(v.auth.proxy.args.contains(&"--custom-templates-dir=/etc/tinycode/signin-pages".to_string()));
+    }
+    let (_, docs) = render_mode("password");
+    assert!(!kinds(&docs).iter().any(|k| k.contains("signin-pages")));
+}
+
+/// Stopped (by spec.stopped or for idleness), tinycode runs no replica and
+/// the front stays up, its gate told why, so the URL can say it.
+#[test]
+fn a_stopped_sign_in_instance_keeps_its_front() {
+    let (_, docs) = render_mode_with("oidc", json!({"stopped": true}));
+    assert_eq!(find(&docs, "Deployment", "dev-tinycode")["spec"]["replicas"], 0);
+    let front = find(&docs, "Deployment", "dev-tinycode-front");
+    assert_eq!(front["spec"]["replicas"], 1);
+    assert!(args(container(front, "gate")).contains(&"--agent=stopped".to_string()));
 }
 
 #[test]
 fn openshift_mode_uses_the_service_account_as_oauth_client() {
     let (v, docs) = render_mode("openshift");
-    let deploy = find(&docs, "Deployment", "dev-tinycode");
+    let deploy = find(&docs, "Deployment", "dev-tinycode-front");
+    assert_eq!(deploy["spec"]["template"]["spec"]["serviceAccountName"], "dev-tinycode");
     let proxy = container(deploy, "signin-proxy");
     assert_eq!(proxy["image"], "quay.io/openshift/origin-oauth-proxy:4.16");
     assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/oauth/healthz");
-    assert_eq!(mounts(proxy), vec!["signin", "signin-client"]);
+    assert_eq!(mounts(proxy), vec!["signin", "signin-pages", "signin-client"]);
     let gate = container(deploy, "gate");
     assert!(args(gate).contains(&"--mode=openshift".to_string()));
     // The gate asks with the user's token: no ServiceAccount token of its own.

@@ -137,6 +137,22 @@ pub fn route(name: &str) -> String {
     fullname(name)
 }
 
+/// The sign-in front's Deployment and NetworkPolicy (sign-in modes): the
+/// proxy and the gate, which stay up while the agent is stopped.
+pub fn front(name: &str) -> String {
+    fit(name, "-tinycode-front", DNS_LABEL_MAX)
+}
+
+/// The ConfigMap of the sign-in proxy's own pages (its error page).
+pub fn signin_pages(name: &str) -> String {
+    fit(name, "-tinycode-signin-pages", OBJECT_NAME_MAX)
+}
+
+/// The Service the front reaches the agent by (sign-in modes).
+pub fn agent_service(name: &str) -> String {
+    fit(name, "-tinycode-agent", DNS_LABEL_MAX)
+}
+
 /// The bundled Ollama's Deployment, Service and NetworkPolicy.
 pub fn ollama(name: &str) -> String {
     fit(name, "-ollama", DNS_LABEL_MAX)

@@ -24,6 +24,10 @@ pub struct GateArgs {
     /// The tinycode server (http://host:port) allowed requests go to.
     #[arg(long, default_value = "http://127.0.0.1:4096")]
     pub upstream: String,
+    /// Whether the server runs, else why not: what an allowed user is told
+    /// while no connection to it can be made.
+    #[arg(long, value_enum, default_value = "runs")]
+    pub agent: gate::AgentState,
     /// Namespace of the TinycodeInstance.
     #[arg(long)]
     pub namespace: String,
@@ -48,6 +52,11 @@ pub struct GateArgs {
     /// (<relay>/oidc/review/<namespace>/<instance>).
     #[arg(long)]
     pub review_url: Option<String>,
+    /// oidc: the operator relay's start endpoint for this instance
+    /// (<relay>/oidc/start/<namespace>/<instance>): an allowed user opening
+    /// it while it is stopped for idleness starts it.
+    #[arg(long)]
+    pub start_url: Option<String>,
     /// oidc: the instance's relay credential (from its sign-in Secret), re-read on every review.
     #[arg(long, default_value = "/var/run/secrets/tinycode/gate/relay-credential")]
     pub relay_credential_file: PathBuf,
@@ -81,12 +90,14 @@ impl GateArgs {
         gate::Settings {
             listen: self.listen,
             upstream: self.upstream.clone(),
+            agent: self.agent,
             target: Target { namespace: self.namespace.clone(), instance: self.instance.clone() },
             mode: self.mode,
             prefixes: Prefixes { user: self.username_prefix.clone(), groups: self.groups_prefix.clone() },
             cache_ttl: Duration::from_secs(self.cache_seconds),
             review_url: self.review_url.clone().filter(|s| !s.is_empty()),
             relay_credential_file: self.relay_credential_file.clone(),
+            start_url: self.start_url.clone().filter(|s| !s.is_empty()),
             ca_file: self.ca_file.clone(),
             api_server: self.api_server.clone().filter(|s| !s.is_empty()),
             password_file: nonempty(&self.password_file),

@@ -136,7 +136,8 @@ async fn serve_beside(
         provider,
         Arc::new(crate::signin::oidc::CachedInstances::start(client, &settings.watch_scope)),
         Arc::new(crate::signin::oidc::KubeAccessReviews { client: client.clone() }),
-    );
+    )
+    .with_starts(Arc::new(crate::signin::start::KubeStarts { client: client.clone() }));
     let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
         .await
         .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;

@@ -228,6 +228,13 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// `s` as one shell word: as it is when it holds only letters, digits and
+/// `.`, `_`, `-` (Kubernetes names do), quoted otherwise.
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if plain { s.to_string() } else { shell_quote(s) }
+}
+
 /// A RoleBinding name for `user`: `tinycode-use-` and the user's letters and
 /// digits in lower case, each run of other characters as one `-`, at most 63
 /// characters, never ending in `-`.

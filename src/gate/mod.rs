@@ -1,9 +1,12 @@
-//! `tinycode-operator gate`: the authorization gate in an instance pod with
-//! sign-in, between the sign-in proxy and the tinycode server:
+//! `tinycode-operator gate`: the authorization gate in a sign-in instance's
+//! front pod, between the sign-in proxy and the tinycode server:
 //!
 //! ```text
-//! oauth2-proxy / oauth-proxy (public port) → gate (127.0.0.1:4181) → tinycode server (127.0.0.1:4096)
+//! oauth2-proxy / oauth-proxy (public port) → gate (127.0.0.1:4181) → agent Service → tinycode server (4096)
 //! ```
+//!
+//! The front stays up while tinycode is stopped, so the gate can tell an
+//! allowed user why it does not answer (`--agent`).
 //!
 //! The proxy in front authenticates the user; the gate asks the apiserver
 //! whether that user may `use` this TinycodeInstance (verb `use` on
@@ -22,6 +25,7 @@
 //! | a user not allowed `use`                             | 403, naming the user and the command that grants it |
 //! | the review failed or took over 5 s                   | 503 (fail closed)             |
 //! | an allowed user                                      | the tinycode server's answer  |
+//! | an allowed user, no connection to the server         | 503: starting (the page reloads), or stopped and how to start it (`--agent`); idle-stopped with `--start-url`: started (`wake.rs`) |
 //!
 //! Refused requests never reach the server. Decisions (allowed and
 //! refused) are cached for `--cache-seconds` (at most 60, so a revoked
@@ -41,6 +45,7 @@ pub mod identity;
 pub mod pages;
 pub mod proxy;
 pub mod review;
+pub mod wake;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -57,6 +62,8 @@ use tokio::net::TcpListener;
 pub use identity::{Mode, Prefixes, Refusal, Subject};
 pub use proxy::{Password, Upstream};
 pub use review::{ApiAccess, KubeReviewer, Reviewer, Target};
+
+pub use crate::render::signin::AgentState;
 
 use crate::ops::decisions::{DecisionCache, Decisions};
 use crate::ops::http_server::{self, Limits};
@@ -131,12 +138,37 @@ pub struct GateService {
     activity: Arc<activity::Tracker>,
     /// The sign-in proxy's cookie, kept from the server.
     proxy_cookie: String,
+    /// What to tell an allowed user while the server does not answer.
+    agent: AgentState,
+    /// Asks the operator to start the instance when it is idle-stopped.
+    waker: Option<wake::Waker>,
 }
 
 impl GateService {
-    pub fn new(gate: Gate, upstream: Upstream, target: Target, activity: Arc<activity::Tracker>) -> Self {
+    pub fn new(
+        gate: Gate,
+        upstream: Upstream,
+        target: Target,
+        agent: AgentState,
+        activity: Arc<activity::Tracker>,
+    ) -> Self {
         let proxy_cookie = crate::render::signin::cookie_name(&target.namespace, &target.instance);
-        GateService { gate, upstream, target, activity, proxy_cookie }
+        GateService { gate, upstream, target, activity, proxy_cookie, agent, waker: None }
+    }
+
+    /// An idle-stopped instance is started when an allowed user opens it.
+    pub fn with_waker(mut self, waker: wake::Waker) -> Self {
+        self.waker = Some(waker);
+        self
+    }
+
+    /// What an allowed user is told while the server does not answer: an
+    /// idle-stopped instance is asked to start first.
+    async fn agent_now(&self) -> AgentState {
+        match (self.agent, &self.waker) {
+            (AgentState::Idle, Some(waker)) => waker.wake().await.unwrap_or(AgentState::Idle),
+            (agent, _) => agent,
+        }
     }
 
     /// The answer to one request.
@@ -158,10 +190,15 @@ impl GateService {
                 self.activity.touch();
                 let mut req = req;
                 browser::strip_proxy_cookies(req.headers_mut(), &self.proxy_cookie);
+                let html = pages::wants_html(req.headers());
                 let response = self.upstream.forward(req).await;
                 // A long answer (a stream) ends later than it started.
                 self.activity.touch();
-                response
+                let (namespace, instance) = (&self.target.namespace, &self.target.instance);
+                match response {
+                    Ok(response) => response,
+                    Err(_) => pages::agent_down(html, self.agent_now().await, namespace, instance),
+                }
             }
             Verdict::Refuse(refusal, subject) => {
                 let user = subject.as_ref().map_or("", Subject::display_name);
@@ -193,6 +230,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// `http://host:port` of the tinycode server.
     pub upstream: String,
+    /// Whether the server runs (else why not), for the page shown while it does not answer.
+    pub agent: AgentState,
     pub target: Target,
     pub mode: Mode,
     pub prefixes: Prefixes,
@@ -201,6 +240,9 @@ pub struct Settings {
     pub review_url: Option<String>,
     /// oidc: the instance's relay credential.
     pub relay_credential_file: PathBuf,
+    /// oidc: the operator relay's start endpoint for this instance (None:
+    /// an idle-stopped instance is not started by its users' requests).
+    pub start_url: Option<String>,
     pub ca_file: PathBuf,
     /// `None`: from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
     pub api_server: Option<String>,
@@ -241,7 +283,11 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let upstream = Upstream::new(&settings.upstream, Password::new(settings.password_file.clone()))?;
     let gate = Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl);
     let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
-    let service = Arc::new(GateService::new(gate, upstream, settings.target.clone(), tracker.clone()));
+    let mut service = GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone());
+    if let Some(url) = &settings.start_url {
+        service = service.with_waker(wake::Waker::new(url, &settings.relay_credential_file)?);
+    }
+    let service = Arc::new(service);
     let listener =
         TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     if let Some(addr) = settings.activity_listen {
@@ -251,6 +297,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     tracing::info!(
         listen = %settings.listen,
         upstream = %settings.upstream,
+        agent = settings.agent.as_str(),
         mode = ?settings.mode,
         namespace = %settings.target.namespace,
         instance = %settings.target.instance,

@@ -11,6 +11,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use super::identity::{self, Refusal, Subject, grant_command};
+use crate::api::START_REQUEST_ANNOTATION;
+use crate::render::signin::AgentState;
 
 /// Seconds before a page for a passing trouble (the review could not be
 /// made) asks again by itself.
@@ -48,23 +50,81 @@ pub fn refusal(
     let retry = (refusal == Refusal::Unavailable).then_some(RETRY_SECONDS);
     // The command has a box of its own on the page: not twice.
     let text: String = text.lines().filter(|l| Some(*l) != command.as_deref()).map(|l| format!("{l}\n")).collect();
-    html(refusal.status(), &page(instance, namespace, &text, command.as_deref(), retry))
+    let lead = format!("Ask an admin of namespace {namespace} to run:");
+    let command = command.as_deref().map(|c| (lead.as_str(), c));
+    html(refusal.status(), &page(instance, namespace, &text, command, retry))
+}
+
+/// Seconds between a starting page's reloads.
+pub const STARTING_RETRY_SECONDS: u32 = 5;
+/// Seconds between a stopped page's reloads: it turns into the UI by itself
+/// once someone starts the instance.
+pub const STOPPED_RETRY_SECONDS: u32 = 30;
+
+/// The answer to a user the gate let in while tinycode does not answer
+/// (503): it is starting, or it is stopped (by spec.stopped, or for
+/// idleness) and how to start it. A page for a browser (`html`, see
+/// [`wants_html`]), text otherwise.
+pub fn agent_down(html: bool, agent: AgentState, namespace: &str, instance: &str) -> Response<Body> {
+    let (message, lead, command, retry) = match agent {
+        AgentState::Runs => (
+            format!("tinycode {instance} is starting.\nThis page turns into tinycode once it answers."),
+            "",
+            None,
+            STARTING_RETRY_SECONDS,
+        ),
+        AgentState::Stopped => (
+            format!(
+                "tinycode {instance} is stopped: its spec.stopped is true. Its data is kept.\nTo start it, someone allowed to edit it runs:"
+            ),
+            "To start it, someone allowed to edit it runs:",
+            Some(format!(
+                "kubectl patch tinycodeinstance {} -n {} --type merge -p '{{\"spec\":{{\"stopped\":false}}}}'",
+                identity::shell_word(instance),
+                identity::shell_word(namespace)
+            )),
+            STOPPED_RETRY_SECONDS,
+        ),
+        AgentState::Idle => (
+            format!(
+                "tinycode {instance} was stopped because nobody used it for a while. Its data is kept.\nTo start it, someone allowed to edit it runs:"
+            ),
+            "To start it, someone allowed to edit it runs:",
+            Some(format!(
+                "kubectl annotate tinycodeinstance {} -n {} {START_REQUEST_ANNOTATION}=\"$(date +%s)\" --overwrite",
+                identity::shell_word(instance),
+                identity::shell_word(namespace)
+            )),
+            STOPPED_RETRY_SECONDS,
+        ),
+    };
+    if !html {
+        let text = match &command {
+            Some(c) => format!("{message}\n{c}\n"),
+            None => format!("{message}\n"),
+        };
+        return super::proxy::text(StatusCode::SERVICE_UNAVAILABLE, text);
+    }
+    // The page puts the lead before the command's box: not twice.
+    let message: String = message.lines().filter(|l| *l != lead).map(|l| format!("{l}\n")).collect();
+    let command = command.as_deref().map(|c| (lead, c));
+    self::html(StatusCode::SERVICE_UNAVAILABLE, &page(instance, namespace, &message, command, Some(retry)))
 }
 
 /// A page: the instance in the title and heading, the message, and the
 /// command (when there is one) in an element of its own.
-pub fn page(instance: &str, namespace: &str, message: &str, command: Option<&str>, retry: Option<u32>) -> String {
+pub fn page(
+    instance: &str,
+    namespace: &str,
+    message: &str,
+    command: Option<(&str, &str)>,
+    retry: Option<u32>,
+) -> String {
     let refresh = retry.map(|s| format!("<meta http-equiv=\"refresh\" content=\"{s}\">")).unwrap_or_default();
     let paragraphs: String =
         message.lines().filter(|l| !l.trim().is_empty()).map(|l| format!("<p>{}</p>", escape(l))).collect();
     let command = command
-        .map(|c| {
-            format!(
-                "<p>Ask an admin of namespace {} to run:</p><pre><code id=\"command\">{}</code></pre>",
-                escape(namespace),
-                escape(c)
-            )
-        })
+        .map(|(lead, c)| format!("<p>{}</p><pre><code id=\"command\">{}</code></pre>", escape(lead), escape(c)))
         .unwrap_or_default();
     let retry_note =
         retry.map(|s| format!("<p id=\"retry\">This page tries again in {s} seconds.</p>")).unwrap_or_default();
@@ -175,6 +235,28 @@ mod tests {
         let command = grant_command(evil, "team-a");
         assert!(command.contains(r"--user='<script>alert(1)</script>'\''; rm -rf / #'"), "{command}");
         assert!(command.starts_with("kubectl create rolebinding tinycode-use-script-alert-1"), "{command}");
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_does_not_answer_is_starting_or_stopped() {
+        let page_of = |agent| async move { body(agent_down(true, agent, "team-a", "ide")).await };
+        let starting = page_of(AgentState::Runs).await;
+        assert!(starting.contains("<meta http-equiv=\"refresh\" content=\"5\">"), "{starting}");
+        assert!(starting.contains("is starting"), "{starting}");
+        assert!(!starting.contains("id=\"command\""), "{starting}");
+        let stopped = page_of(AgentState::Stopped).await;
+        let patch = r#"kubectl patch tinycodeinstance ide -n team-a --type merge -p '{"spec":{"stopped":false}}'"#;
+        assert!(stopped.contains(&format!("<code id=\"command\">{}</code>", escape(patch))), "{stopped}");
+        assert_eq!(stopped.matches("someone allowed to edit it runs").count(), 1, "{stopped}");
+        let idle = page_of(AgentState::Idle).await;
+        assert!(idle.contains("tinycode.dev/start-requested-at=&quot;$(date +%s)&quot; --overwrite"), "{idle}");
+        let resp = agent_down(false, AgentState::Stopped, "team-a", "ide");
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let text = body(resp).await;
+        assert!(text.contains(patch) && text.contains("spec.stopped is true"), "{text}");
+        // Names are one shell word on the page's command, whatever they hold.
+        let odd = body(agent_down(false, AgentState::Idle, "team a", "x;y")).await;
+        assert!(odd.contains("tinycodeinstance 'x;y' -n 'team a'"), "{odd}");
     }
 
     #[tokio::test]

@@ -171,7 +171,9 @@ impl Upstream {
 
     /// Sends `req` to the server and answers with its response; a WebSocket
     /// (or any other) upgrade the server accepts is joined to the caller's.
-    pub async fn forward(&self, mut req: Request<Incoming>) -> Response<Body> {
+    /// `Err` when no connection to the server could be made (it is stopped
+    /// or not started yet): the caller says so in its own words.
+    pub async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<Body>, NotAnswering> {
         let protocol = upgrade_protocol(req.headers());
         let caller_upgrade = protocol.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -184,15 +186,19 @@ impl Upstream {
         parts.version = Version::HTTP_11;
         let mut resp = match self.client.request(Request::from_parts(parts, Body::new(body))).await {
             Ok(resp) => resp,
+            Err(e) if e.is_connect() => {
+                tracing::debug!(error = %e, "gate: no connection to the tinycode server");
+                return Err(NotAnswering);
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "gate: the tinycode server did not answer");
-                return text(StatusCode::BAD_GATEWAY, "Bad gateway: the tinycode server did not answer\n");
+                return Ok(text(StatusCode::BAD_GATEWAY, "Bad gateway: the tinycode server did not answer\n"));
             }
         };
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(caller_upgrade) = caller_upgrade else {
                 tracing::warn!("gate: the tinycode server switched protocols unasked");
-                return text(StatusCode::BAD_GATEWAY, "Bad gateway: unexpected protocol switch\n");
+                return Ok(text(StatusCode::BAD_GATEWAY, "Bad gateway: unexpected protocol switch\n"));
             };
             let server_upgrade = hyper::upgrade::on(&mut resp);
             tokio::spawn(join_upgrades(caller_upgrade, server_upgrade));
@@ -202,13 +208,17 @@ impl Upstream {
             if let Some(protocol) = protocol {
                 keep_upgrade(&mut parts.headers, protocol);
             }
-            return Response::from_parts(parts, Body::empty());
+            return Ok(Response::from_parts(parts, Body::empty()));
         }
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        Response::from_parts(parts, Body::new(body))
+        Ok(Response::from_parts(parts, Body::new(body)))
     }
 }
+
+/// No connection to the tinycode server could be made.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotAnswering;
 
 /// Copies bytes both ways between the caller's and the server's upgraded
 /// connections until either closes.

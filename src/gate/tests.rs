@@ -132,7 +132,7 @@ async fn stand_in(events: mpsc::Receiver<Bytes>) -> (SocketAddr, Arc<Seen>) {
 
 /// A gate on 127.0.0.1 in front of `upstream`, whose password is `pw`.
 async fn gate(mode: Mode, reviewer: Arc<Fake>, ttl: Duration, upstream: SocketAddr) -> (SocketAddr, tempfile::TempDir) {
-    let (addr, dir, _) = gate_tracked(mode, reviewer, ttl, upstream).await;
+    let (addr, dir, _) = gate_tracked(mode, reviewer, ttl, upstream, AgentState::Runs).await;
     (addr, dir)
 }
 
@@ -142,6 +142,7 @@ async fn gate_tracked(
     reviewer: Arc<Fake>,
     ttl: Duration,
     upstream: SocketAddr,
+    agent: AgentState,
 ) -> (SocketAddr, tempfile::TempDir, Arc<activity::Tracker>) {
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("password");
@@ -152,7 +153,7 @@ async fn gate_tracked(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let tracker = Arc::new(activity::Tracker::new(None));
-    tokio::spawn(serve(listener, Arc::new(GateService::new(gate, upstream, target, tracker.clone()))));
+    tokio::spawn(serve(listener, Arc::new(GateService::new(gate, upstream, target, agent, tracker.clone()))));
     (addr, dir, tracker)
 }
 
@@ -161,7 +162,8 @@ async fn requests_let_through_count_as_activity_and_refused_ones_do_not() {
     let (_events, rx) = mpsc::channel(1);
     let (upstream, _seen) = stand_in(rx).await;
     let fake = Fake::new(&["alice"]);
-    let (addr, _dir, tracker) = gate_tracked(Mode::Oidc, fake, Duration::from_secs(1), upstream).await;
+    let (addr, _dir, tracker) =
+        gate_tracked(Mode::Oidc, fake, Duration::from_secs(1), upstream, AgentState::Runs).await;
     let started = tracker.last();
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let carol = get(addr, "/", &[("X-Forwarded-User", "carol")]).await;
@@ -181,6 +183,82 @@ async fn requests_let_through_count_as_activity_and_refused_ones_do_not() {
     assert_eq!(parsed.last_activity, tracker.last());
     assert_eq!(parsed.judged_by, crate::activity::report::JudgedBy::Requests);
     assert!(get(report_addr, "/other", &[]).await.starts_with("HTTP/1.1 404"));
+}
+
+/// While nothing listens where the server should be, an allowed user is
+/// told it is starting (or stopped, as `--agent` says); a user not allowed
+/// still gets the 403, and learns nothing of the server.
+#[tokio::test]
+async fn an_allowed_user_learns_why_the_server_does_not_answer() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nowhere = closed.local_addr().unwrap();
+    drop(closed);
+    let browser = [("X-Forwarded-User", "alice"), ("Accept", "text/html")];
+    for (agent, says) in [(AgentState::Runs, "is starting"), (AgentState::Stopped, "spec.stopped is true")] {
+        let (addr, _dir, _) = gate_tracked(Mode::Oidc, Fake::new(&["alice"]), Duration::ZERO, nowhere, agent).await;
+        let page = get(addr, "/", &browser).await;
+        assert!(page.starts_with("HTTP/1.1 503"), "{page}");
+        assert!(page.contains(says), "{agent:?}: {page}");
+        let carol = get(addr, "/", &[("X-Forwarded-User", "carol"), ("Accept", "text/html")]).await;
+        assert!(carol.starts_with("HTTP/1.1 403") && !carol.contains(says), "{carol}");
+    }
+}
+
+/// An idle-stopped instance opened by allowed users is started: the relay
+/// is asked (with the instance's credential) once for a burst of requests,
+/// and each user is told it is starting; a user not allowed starts nothing.
+#[tokio::test]
+async fn allowed_users_start_an_idle_instance_and_others_do_not() {
+    use axum::routing::post;
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = asked.clone();
+    let relay = axum::Router::new().route(
+        "/oidc/start/team-a/ide",
+        post(move |headers: HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let credential = headers[header::AUTHORIZATION].to_str().unwrap().to_string();
+                seen.lock().unwrap().push(credential);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                axum::Json(serde_json::json!({"state": "starting"}))
+            }
+        }),
+    );
+    let relay_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_addr = relay_listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(relay_listener, relay).await.unwrap() });
+
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nowhere = closed.local_addr().unwrap();
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("relay-credential"), "trc1.ide\n").unwrap();
+    let upstream = Upstream::new(&format!("http://{nowhere}"), Password::new(None)).unwrap();
+    let target = Target { namespace: "team-a".into(), instance: "ide".into() };
+    let gate = Gate::new(Mode::Oidc, Prefixes::default(), Fake::new(&["alice"]), Duration::from_secs(30));
+    let waker =
+        wake::Waker::new(&format!("http://{relay_addr}/oidc/start/team-a/ide"), &dir.path().join("relay-credential"))
+            .unwrap();
+    let tracker = Arc::new(activity::Tracker::new(None));
+    let service = GateService::new(gate, upstream, target, AgentState::Idle, tracker).with_waker(waker);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, Arc::new(service)));
+
+    let carol = get(addr, "/", &[("X-Forwarded-User", "carol"), ("Accept", "text/html")]).await;
+    assert!(carol.starts_with("HTTP/1.1 403"), "{carol}");
+    assert!(asked.lock().unwrap().is_empty(), "a user not allowed started nothing");
+
+    let burst: Vec<_> = (0..20)
+        .map(|_| {
+            tokio::spawn(async move { get(addr, "/", &[("X-Forwarded-User", "alice"), ("Accept", "text/html")]).await })
+        })
+        .collect();
+    for page in burst {
+        let page = page.await.unwrap();
+        assert!(page.starts_with("HTTP/1.1 503") && page.contains("is starting"), "{page}");
+    }
+    assert_eq!(asked.lock().unwrap().clone(), vec!["Bearer trc1.ide".to_string()], "asked once, as the instance");
 }
 
 /// One `GET path` with `headers` and `Connection: close`; the whole raw response.

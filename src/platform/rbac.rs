@@ -55,7 +55,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resources: &["tinycodeinstances"],
         verbs: &["get", "list", "watch", "patch", "update"],
         names: any,
-        why: "watch instances and add/remove the finalizer",
+        why: "watch instances, add/remove the finalizer, and start an idle-stopped one its gate asks the relay to",
     },
     Permission {
         group: "tinycode.dev",

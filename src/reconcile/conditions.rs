@@ -105,6 +105,9 @@ pub struct Workload {
     /// The bundled Ollama, when the spec asks for one and the workloads run:
     /// whether it is rolled out (Ready: serving, every model pulled).
     pub ollama_ready: Option<bool>,
+    /// The sign-in front, in the sign-in modes while the workloads run:
+    /// whether it is rolled out.
+    pub front_ready: Option<bool>,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
@@ -114,14 +117,15 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
         return (Phase::Stopped, url, Desired::new(READY, false, "Idle", message.clone()));
     }
     if observed.stopped {
-        let message = "spec.stopped is true: the workloads are scaled to zero; the data volumes, Secrets, the Route or Ingress and the release are kept (status.url is where it will be); set it to false to start again";
+        let message = "spec.stopped is true: tinycode (and a bundled Ollama) are scaled to zero; the data volumes, Secrets, the Route or Ingress and the release are kept (status.url is where it will be, and with sign-in its front says there that the instance is stopped); set it to false to start again";
         return (Phase::Stopped, url, Desired::new(READY, false, "Stopped", message));
     }
     let rollout_done = observed.deployment_current
         && observed.updated_replicas >= observed.desired_replicas
         && observed.available_replicas >= observed.desired_replicas;
     let ollama_waiting = observed.ollama_ready == Some(false);
-    if !rollout_done || ollama_waiting {
+    let front_waiting = observed.front_ready == Some(false);
+    if !rollout_done || ollama_waiting || front_waiting {
         if let Some(d) = &observed.diagnosis {
             // Past the Deployment's progress deadline the rollout is Stalled,
             // and a Stalled instance is Failed (as after exhausted helm retries).
@@ -135,6 +139,12 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
                 "waiting for the Deployment: {}/{} replicas available and updated; see `{cli} get pods -l app.kubernetes.io/component=server` for pods that do not start",
                 observed.available_replicas.min(observed.updated_replicas),
                 observed.desired_replicas
+            );
+            return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
+        }
+        if front_waiting {
+            let msg = format!(
+                "tinycode is up; waiting for its sign-in front (the sign-in proxy and the gate, which answer the URL); see `{cli} get pods -l app.kubernetes.io/component=front` for pods that do not start"
             );
             return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
         }
@@ -290,6 +300,7 @@ mod tests {
             idle_message: None,
             diagnosis: None,
             ollama_ready: None,
+            front_ready: None,
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));

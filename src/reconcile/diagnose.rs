@@ -93,6 +93,8 @@ pub enum Component {
     Server,
     /// The bundled Ollama server (spec.ollama.enabled).
     Ollama,
+    /// The sign-in front: the proxy and the gate (auth.mode openshift, oidc).
+    Front,
 }
 
 impl Component {
@@ -101,6 +103,7 @@ impl Component {
         match self {
             Component::Server => "server",
             Component::Ollama => "ollama",
+            Component::Front => "front",
         }
     }
 }

@@ -265,18 +265,27 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         ctx.stores.deployments.get(&key)
     });
     let ollama = ollama.flatten();
-    let (server, ollama) = (deployment.as_deref(), ollama.as_deref());
-    let mut st = status::applied(inst, &plan, &outcome, server, ollama, None, &now());
+    // So is the sign-in front's (it answers the URL).
+    let front = (plan.values.auth.mode != crate::api::AuthMode::Password).then(|| {
+        let key =
+            ObjectRef::new(&crate::api::naming::front(&inst.name_any())).within(&inst.namespace().unwrap_or_default());
+        ctx.stores.deployments.get(&key)
+    });
+    let front = front.flatten();
+    let deployments =
+        status::Deployments { server: deployment.as_deref(), ollama: ollama.as_deref(), front: front.as_deref() };
+    let mut st = status::applied(inst, &plan, &outcome, deployments, None, &now());
     let mut diagnosed = false;
     if st.phase == Some(Phase::Deploying) {
         // Only a rollout that has not finished costs pod reads: say why.
-        if let Some(component) = status::waiting_on(&plan, server, ollama) {
+        if let Some(component) = status::waiting_on(&plan, deployments) {
             let waited = match component {
-                diagnose::Component::Server => server,
-                diagnose::Component::Ollama => ollama,
+                diagnose::Component::Server => deployments.server,
+                diagnose::Component::Ollama => deployments.ollama,
+                diagnose::Component::Front => deployments.front,
             };
             if let Some(d) = diagnose_rollout(ctx, inst, component, waited).await {
-                st = status::applied(inst, &plan, &outcome, server, ollama, Some(&d), &now());
+                st = status::applied(inst, &plan, &outcome, deployments, Some(&d), &now());
                 diagnosed = true;
             }
         }
@@ -409,6 +418,7 @@ async fn diagnose_rollout(
         let owned = match component {
             diagnose::Component::Server => vec![naming::data_pvc(&name), naming::projects_pvc(&name)],
             diagnose::Component::Ollama => vec![naming::ollama_models_pvc(&name)],
+            diagnose::Component::Front => vec![],
         };
         let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns);
         let mut pvcs = Vec::new();

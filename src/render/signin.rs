@@ -1,11 +1,14 @@
 //! Sign-in (`spec.auth.mode` openshift and oidc), pure: the proxy's and the
 //! gate's command lines, the relay credential, the RBAC check users must pass.
 //!
-//! The pod: router → proxy (port [`PROXY_PORT`], the only port exposed) →
-//! gate ([`GATE_LISTEN`], loopback) → tinycode (4096, loopback for the gate).
-//! The proxy signs the user in; the gate asks the apiserver whether that
-//! user may `use` the instance and presents the instance's password to
-//! tinycode, so users never see it.
+//! The front (a Deployment of its own, which stays up while the agent is
+//! stopped): router → proxy (port [`PROXY_PORT`], the only port exposed) →
+//! gate ([`GATE_LISTEN`], loopback) → the agent's Service → tinycode (4096,
+//! open to the front's pods only). The proxy signs the user in; the gate
+//! asks the apiserver whether that user may `use` the instance and presents
+//! the instance's password to tinycode, so users never see it. While the
+//! agent does not answer, the gate tells an allowed user why: starting,
+//! stopped by spec.stopped, or stopped for idleness ([`AgentState`]).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -18,16 +21,19 @@ use crate::settings::{OidcSettings, SigninSettings, UsernameClaim};
 pub const PROXY_PORT: u16 = 4180;
 /// Where the gate listens: loopback, so only the proxy in the pod reaches it.
 pub const GATE_LISTEN: &str = "127.0.0.1:4181";
-/// The tinycode server as the gate reaches it.
-pub const TINYCODE_UPSTREAM: &str = "http://127.0.0.1:4096";
+/// tinycode's port, behind the agent's Service.
+pub const TINYCODE_PORT: u16 = 4096;
 /// Where the gate serves the activity report the operator reads (the
 /// Service's `activity` port).
 pub const ACTIVITY_LISTEN: &str = "0.0.0.0:4097";
-/// The image's own activity report in a sign-in pod (TINYCODE_ACTIVITY_PORT
-/// 4098, as the gate holds 4097).
-pub const IMAGE_ACTIVITY_REPORT: &str = "http://127.0.0.1:4098/activity";
+/// The image's own activity port in a sign-in instance (TINYCODE_ACTIVITY_PORT
+/// 4098, as the gate holds 4097), behind the agent's Service.
+pub const IMAGE_ACTIVITY_PORT: u16 = 4098;
 /// Where the proxy container mounts the sign-in Secret.
 pub const SIGNIN_MOUNT: &str = "/etc/tinycode/signin";
+/// Where the proxy container finds its own pages (`error.html`: a failed
+/// sign-in, named for the instance, with what to do).
+pub const SIGNIN_PAGES_MOUNT: &str = "/etc/tinycode/signin-pages";
 /// Key of the sign-in Secret holding the proxy's cookie secret.
 pub const COOKIE_SECRET_KEY: &str = "cookie-secret";
 /// Key of the sign-in Secret holding the oidc instance's relay credential.
@@ -87,6 +93,11 @@ pub fn relay_review_url(relay_url: &str, namespace: &str, name: &str) -> String 
     format!("{relay_url}/oidc/review/{namespace}/{name}")
 }
 
+/// The relay's start endpoint for one instance's gate.
+pub fn relay_start_url(relay_url: &str, namespace: &str, name: &str) -> String {
+    format!("{relay_url}/oidc/start/{namespace}/{name}")
+}
+
 /// The relay's token endpoint for one instance.
 pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
     format!("{relay_url}/oidc/token/{namespace}/{name}")
@@ -113,6 +124,7 @@ pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpo
         // One cookie per instance: two instances on one parent domain do not
         // overwrite each other's sessions.
         arg("cookie-name", &cookie_name(namespace, name)),
+        arg("custom-templates-dir", SIGNIN_PAGES_MOUNT),
         arg("scope", &oidc.scopes),
         arg("oidc-groups-claim", &oidc.groups_claim),
         // Who may enter is RBAC's decision (the gate), not an e-mail domain's.
@@ -162,6 +174,7 @@ pub fn openshift_proxy_args(namespace: &str, name: &str, service_account: &str) 
         arg("openshift-sar", &sar.to_string()),
         arg("cookie-secret-file", &format!("{SIGNIN_MOUNT}/{COOKIE_SECRET_KEY}")),
         arg("cookie-name", &cookie_name(namespace, name)),
+        arg("custom-templates-dir", SIGNIN_PAGES_MOUNT),
         arg("cookie-secure", "true"),
         arg("cookie-expire", "12h0m0s"),
         // The gate asks a SelfSubjectAccessReview with the user's token.
@@ -172,13 +185,47 @@ pub fn openshift_proxy_args(namespace: &str, name: &str, service_account: &str) 
     ]
 }
 
+/// Whether the agent runs, as the front says it to a user it lets in while
+/// tinycode does not answer (`tinycode-operator gate --agent`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentState {
+    /// It runs, or is starting: the page says so and refreshes itself.
+    Runs,
+    /// spec.stopped: the user's own choice; the page says how to start it.
+    Stopped,
+    /// Stopped for idleness; the page says how to start it.
+    Idle,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Runs => "runs",
+            AgentState::Stopped => "stopped",
+            AgentState::Idle => "idle",
+        }
+    }
+}
+
+/// The agent's Service as the front reaches it: `http://<service>.<namespace>.svc:<port>`.
+pub fn agent_url(namespace: &str, name: &str, port: u16) -> String {
+    format!("http://{}.{namespace}.svc:{port}", crate::api::naming::agent_service(name))
+}
+
 /// The gate's arguments (`tinycode-operator gate`).
-pub fn gate_args(mode: AuthMode, namespace: &str, name: &str, signin: &SigninSettings) -> Vec<String> {
+pub fn gate_args(
+    mode: AuthMode,
+    namespace: &str,
+    name: &str,
+    agent: AgentState,
+    signin: &SigninSettings,
+) -> Vec<String> {
     let arg = |k: &str, v: &str| format!("--{k}={v}");
     let mut args = vec![
         "gate".to_string(),
         arg("listen", GATE_LISTEN),
-        arg("upstream", TINYCODE_UPSTREAM),
+        arg("upstream", &agent_url(namespace, name, TINYCODE_PORT)),
+        arg("agent", agent.as_str()),
         arg("mode", mode.as_str()),
         arg("namespace", namespace),
         arg("instance", name),
@@ -186,12 +233,13 @@ pub fn gate_args(mode: AuthMode, namespace: &str, name: &str, signin: &SigninSet
         arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")),
         arg("password-file", &format!("{GATE_MOUNT}/password")),
         arg("activity-listen", ACTIVITY_LISTEN),
-        arg("activity-report", IMAGE_ACTIVITY_REPORT),
+        arg("activity-report", &format!("{}/activity", agent_url(namespace, name, IMAGE_ACTIVITY_PORT))),
     ];
     if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
         args.push(arg("username-prefix", &oidc.username_prefix));
         args.push(arg("groups-prefix", &oidc.groups_prefix));
         args.push(arg("review-url", &relay_review_url(&oidc.relay_url, namespace, name)));
+        args.push(arg("start-url", &relay_start_url(&oidc.relay_url, namespace, name)));
         args.push(arg("relay-credential-file", &format!("{GATE_MOUNT}/{RELAY_CREDENTIAL_KEY}")));
     }
     args
@@ -310,11 +358,14 @@ mod tests {
     #[test]
     fn the_gate_gets_the_clusters_prefixes_in_oidc_mode_only() {
         let signin = SigninSettings { oidc: Some(oidc()), ..Default::default() };
-        let args = gate_args(AuthMode::Oidc, "team1", "dev", &signin);
+        let args = gate_args(AuthMode::Oidc, "team1", "dev", AgentState::Runs, &signin);
         assert_eq!(args[0], "gate");
+        assert!(args.contains(&"--upstream=http://dev-tinycode-agent.team1.svc:4096".to_string()));
+        assert!(args.contains(&"--activity-report=http://dev-tinycode-agent.team1.svc:4098/activity".to_string()));
         assert!(args.contains(&"--username-prefix=oidc:".to_string()));
         assert!(args.contains(&"--cache-seconds=30".to_string()));
-        let args = gate_args(AuthMode::Openshift, "team1", "dev", &signin);
+        let args = gate_args(AuthMode::Openshift, "team1", "dev", AgentState::Idle, &signin);
+        assert!(args.contains(&"--agent=idle".to_string()));
         assert!(!args.iter().any(|a| a.starts_with("--username-prefix")));
         assert!(args.contains(&"--mode=openshift".to_string()));
     }

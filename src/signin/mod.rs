@@ -1,7 +1,8 @@
 //! Sign-in through the cluster's identity (README.md, "Sign-in"): the part
 //! that runs in the operator. [`oidc`] holds the cluster-admin's OpenID
 //! Connect provider (its endpoints and client secret) and the relay through
-//! which instance pods redeem sign-in codes and ask for access reviews.
+//! which instance pods redeem sign-in codes, ask for access reviews and ask
+//! to start their idle-stopped instance ([`start`]).
 //!
 //! The other parts of sign-in live in the layer that does their kind of work:
 //! - what a sign-in pod is given: `render/signin.rs` (the proxy's values, the
@@ -13,3 +14,4 @@
 //! - the checks on an instance's sign-in spec: `reconcile/stages/validate/`.
 
 pub(crate) mod oidc;
+pub(crate) mod start;

@@ -26,6 +26,7 @@ use futures::StreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::start::{Recent, Starts};
 use crate::api::{AuthMode, TinycodeInstance};
 use crate::render::signin::{self, OidcEndpoints};
 use crate::settings::OidcSettings;
@@ -187,6 +188,8 @@ pub struct RelayTarget {
     pub mode: AuthMode,
     /// The instance's URL (status.url), whose host the callback must use.
     pub url: Option<String>,
+    /// Whether it runs, else why not (a request to start it reads this).
+    pub agent: super::start::Agent,
 }
 
 /// Looks instances up for the relay.
@@ -221,18 +224,32 @@ impl CachedInstances {
     }
 }
 
-/// An instance down to what the relay reads.
+/// An instance down to what the relay reads: the auth mode, status.url, and
+/// what says whether it runs (spec.stopped, the idle decision, the start
+/// annotation).
 fn trim_instance(inst: &mut TinycodeInstance) {
-    let mode = inst.spec.auth.mode;
-    let url = inst.status.as_ref().and_then(|s| s.url.clone());
+    let (mode, stopped) = (inst.spec.auth.mode, inst.spec.stopped);
+    let status = inst.status.take().unwrap_or_default();
+    let idle = status.idle.map(|i| crate::api::IdleStatus {
+        stopped: i.stopped,
+        last_handled_start_at: i.last_handled_start_at,
+        ..Default::default()
+    });
     inst.spec = Default::default();
     inst.spec.auth.mode = mode;
-    inst.status = url.map(|url| crate::api::TinycodeInstanceStatus { url: Some(url), ..Default::default() });
+    inst.spec.stopped = stopped;
+    inst.status = (status.url.is_some() || idle.is_some()).then_some(crate::api::TinycodeInstanceStatus {
+        url: status.url,
+        idle,
+        ..Default::default()
+    });
+    let start = inst.metadata.annotations.take().and_then(|mut a| a.remove_entry(crate::api::START_REQUEST_ANNOTATION));
     inst.metadata = kube::api::ObjectMeta {
         name: inst.metadata.name.take(),
         namespace: inst.metadata.namespace.take(),
         resource_version: inst.metadata.resource_version.take(),
         deletion_timestamp: inst.metadata.deletion_timestamp.take(),
+        annotations: start.map(|(k, v)| [(k, v)].into()),
         ..Default::default()
     };
 }
@@ -245,7 +262,11 @@ impl Instances for CachedInstances {
             if inst.metadata.deletion_timestamp.is_some() {
                 return None;
             }
-            Some(RelayTarget { mode: inst.spec.auth.mode, url: inst.status.as_ref().and_then(|s| s.url.clone()) })
+            Some(RelayTarget {
+                mode: inst.spec.auth.mode,
+                url: inst.status.as_ref().and_then(|s| s.url.clone()),
+                agent: super::start::agent_of(&inst),
+            })
         })
     }
 }
@@ -646,6 +667,9 @@ pub struct Relay {
     refusals: Arc<RefusalLog>,
     namespaces: Arc<NamespaceSlots>,
     reviewing: Arc<NamespaceSlots>,
+    /// Writes a start annotation (None: the relay starts nothing).
+    starts: Option<Arc<dyn Starts>>,
+    started: Arc<Recent>,
 }
 
 impl Relay {
@@ -658,7 +682,15 @@ impl Relay {
             refusals: Arc::new(RefusalLog { last: Mutex::new((None, 0)) }),
             namespaces: Arc::default(),
             reviewing: Arc::default(),
+            starts: None,
+            started: Arc::default(),
         }
+    }
+
+    /// The relay also starts idle-stopped instances their gates ask it to.
+    pub fn with_starts(mut self, starts: Arc<dyn Starts>) -> Self {
+        self.starts = Some(starts);
+        self
     }
 }
 
@@ -667,7 +699,65 @@ pub fn relay_router(relay: Relay) -> Router {
     Router::new()
         .route("/oidc/token/{namespace}/{name}", post(redeem))
         .route("/oidc/review/{namespace}/{name}", post(review))
+        .route("/oidc/start/{namespace}/{name}", post(start))
         .with_state(relay)
+}
+
+/// The credential in `Authorization: Bearer` ("" without one).
+fn bearer(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+}
+
+/// What a gate is told of its instance after asking to start it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StartAnswer {
+    /// "starting" (started now, or on its way already, or running) or
+    /// "stopped" (spec.stopped: its user's own choice).
+    pub state: String,
+}
+
+/// A gate asks to start its own idle-stopped instance (see
+/// [`super::start`]): the credential proves which instance asks, and only
+/// that one is started, once.
+async fn start(
+    State(relay): State<Relay>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let Ok(secret) = relay.provider.client_secret() else {
+        tracing::warn!("OIDC relay: the client secret cannot be read");
+        return Refusal::Unavailable.answer();
+    };
+    if !signin::relay_credential_matches(&secret, &namespace, &name, bearer(&headers)) {
+        relay.refusals.note(&namespace, &name, Refusal::BadCredential);
+        return Refusal::BadCredential.answer();
+    }
+    let Some(target) = relay.instances.get(&namespace, &name).await.filter(|t| t.mode == AuthMode::Oidc) else {
+        relay.refusals.note(&namespace, &name, Refusal::UnknownInstance);
+        return Refusal::UnknownInstance.answer();
+    };
+    let Some(starts) = relay.starts.clone() else { return Refusal::Unavailable.answer() };
+    let mut decision = super::start::decide(target.agent, relay.started.within_window(&namespace, &name));
+    if decision == super::start::Decision::Start {
+        if relay.started.claim(&namespace, &name) {
+            if let Err(e) = starts.request_start(&namespace, &name).await {
+                relay.started.release(&namespace, &name);
+                tracing::warn!(namespace, name, error = %e, "OIDC relay: cannot start an idle-stopped instance");
+                return Refusal::Unavailable.answer();
+            }
+            tracing::info!(namespace, name, "OIDC relay: started an idle-stopped instance at its gate's request");
+        } else {
+            // Another request claimed it a moment ago.
+            decision = super::start::Decision::Starting;
+        }
+    }
+    let mut response = axum::Json(StartAnswer { state: decision.state().into() }).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// A gate's question about its own instance: the credential in
@@ -682,11 +772,7 @@ async fn review(
     if body.len() > MAX_REQUEST {
         return Refusal::Malformed.answer();
     }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
+    let presented = bearer(&headers);
     let Ok(secret) = relay.provider.client_secret() else {
         tracing::warn!("OIDC relay: the client secret cannot be read");
         return Refusal::Unavailable.answer();
@@ -806,7 +892,7 @@ mod tests {
     use super::*;
 
     fn target(url: &str) -> RelayTarget {
-        RelayTarget { mode: AuthMode::Oidc, url: Some(url.into()) }
+        RelayTarget { mode: AuthMode::Oidc, url: Some(url.into()), agent: Default::default() }
     }
 
     fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
@@ -1132,6 +1218,113 @@ mod tests {
         assert!(inst.spec.git.is_none() && inst.metadata.labels.is_none() && inst.metadata.annotations.is_none());
         let st = inst.status.unwrap();
         assert_eq!((st.url.as_deref(), st.phase), (Some("https://dev.apps.test"), None));
+    }
+
+    #[test]
+    fn the_relay_cache_keeps_what_says_whether_it_runs() {
+        let mut inst: TinycodeInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeInstance",
+            "metadata": {"name": "dev", "namespace": "team",
+                "annotations": {"big": "x", crate::api::START_REQUEST_ANNOTATION: "200"}},
+            "spec": {"auth": {"mode": "oidc"}, "stopped": false},
+            "status": {"idle": {"timeout": "1h", "stopped": true, "lastHandledStartAt": "100", "message": "long"}},
+        }))
+        .unwrap();
+        trim_instance(&mut inst);
+        let annotations = inst.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), [crate::api::START_REQUEST_ANNOTATION]);
+        let idle = inst.status.as_ref().unwrap().idle.clone().unwrap();
+        assert!(idle.message.is_empty() && idle.timeout.is_empty(), "{idle:?}");
+        assert_eq!(super::super::start::agent_of(&inst), super::super::start::Agent::Idle { start_pending: true });
+    }
+
+    /// Instances for the start tests: team-a/dev is idle-stopped, team-a/held
+    /// is stopped by its spec.
+    struct IdleTenant;
+
+    impl Instances for IdleTenant {
+        fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>> {
+            use super::super::start::Agent;
+            let agent = match (namespace, name) {
+                ("team-a", "dev") => Some(Agent::Idle { start_pending: false }),
+                ("team-a", "held") => Some(Agent::Stopped),
+                _ => None,
+            };
+            let found = agent.map(|agent| RelayTarget { agent, ..target("https://team-a.apps.test") });
+            Box::pin(async move { found })
+        }
+    }
+
+    /// Starts recorded, after a pause (the apiserver's write takes a while).
+    #[derive(Default)]
+    struct CountedStarts(Mutex<Vec<(String, String)>>);
+
+    impl Starts for CountedStarts {
+        fn request_start<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                self.0.lock().unwrap().push((namespace.into(), name.into()));
+                Ok(())
+            })
+        }
+    }
+
+    /// A gate's request starts its own idle-stopped instance, once however
+    /// many ask at once; never another instance, never one its spec stops.
+    #[tokio::test]
+    async fn fifty_requests_start_an_idle_instance_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = b"the-real-client-secret".to_vec();
+        std::fs::write(dir.path().join("secret"), &secret).unwrap();
+        let provider = Provider::new(OidcSettings {
+            issuer_url: "http://127.0.0.1:9".into(),
+            client_id: "tc".into(),
+            client_secret_file: dir.path().join("secret"),
+            scopes: String::new(),
+            username_claim: crate::settings::UsernameClaim::Email,
+            username_prefix: String::new(),
+            groups_prefix: String::new(),
+            groups_claim: String::new(),
+            relay_url: String::new(),
+        });
+        let starts = Arc::new(CountedStarts::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let relay = Relay::new(provider, Arc::new(IdleTenant), Arc::new(NoReviews)).with_starts(starts.clone());
+        tokio::spawn(crate::ops::http_server::serve(listener, relay_router(relay), RELAY_LIMITS));
+        let ask = |path: String, credential: String, peer: u8| async move {
+            // One client per request, each from its own address: fifty
+            // connections, past what one peer may hold at once.
+            let client = reqwest::Client::builder().local_address(std::net::IpAddr::from([127, 0, 0, peer])).build();
+            let answer =
+                client.unwrap().post(format!("http://{addr}{path}")).bearer_auth(credential).send().await.unwrap();
+            let status = answer.status().as_u16();
+            (status, answer.json::<serde_json::Value>().await.unwrap_or_default())
+        };
+        let a = signin::relay_credential(&secret, "team-a", "dev");
+        // The wrong credential, or another instance's, starts nothing.
+        assert_eq!(ask("/oidc/start/team-a/dev".into(), "trc1.00".into(), 1).await.0, 401);
+        let b = signin::relay_credential(&secret, "team-b", "dev");
+        assert_eq!(ask("/oidc/start/team-a/dev".into(), b, 1).await.0, 401);
+        assert!(starts.0.lock().unwrap().is_empty());
+
+        let flood: Vec<_> =
+            (0..50u8).map(|i| tokio::spawn(ask("/oidc/start/team-a/dev".into(), a.clone(), 10 + i))).collect();
+        for answer in flood {
+            let (status, body) = answer.await.unwrap();
+            assert_eq!((status, body["state"].as_str()), (200, Some("starting")));
+        }
+        assert_eq!(starts.0.lock().unwrap().clone(), vec![("team-a".to_string(), "dev".to_string())], "started once");
+
+        // Stopped by its spec: the user's own choice, never started here.
+        let held = signin::relay_credential(&secret, "team-a", "held");
+        let (status, body) = ask("/oidc/start/team-a/held".into(), held, 1).await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("stopped")));
+        assert_eq!(starts.0.lock().unwrap().len(), 1);
     }
 
     /// Reviews that record what was asked and allow everyone asked about.

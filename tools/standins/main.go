@@ -44,7 +44,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: standin tinycode|pause|serve ADDR TEXT|get URL|self|put-file PATH CONTENT|cat PATH")
+		fmt.Fprintln(os.Stderr, "usage: standin tinycode|pause|serve ADDR TEXT|get URL|self|put-file PATH CONTENT|rm PATH|cat PATH")
 		os.Exit(2)
 	}
 	var err error
@@ -68,6 +68,12 @@ func main() {
 			err = fmt.Errorf("usage: standin put-file PATH CONTENT")
 		} else {
 			err = os.WriteFile(os.Args[2], []byte(os.Args[3]), 0o664)
+		}
+	case "rm":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: standin rm PATH")
+		} else {
+			err = os.Remove(os.Args[2])
 		}
 	case "cat":
 		var data []byte

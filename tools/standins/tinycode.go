@@ -26,6 +26,10 @@ import (
 //	PUT  /files/NAME         write the body to TINYCODE_WORKDIR/NAME
 //	GET  /files/NAME         read it back
 //	POST /busy?busy=true     what /activity reports as busy
+//
+// While TINYCODE_WORKDIR/.standin-hold exists at start, the UI port waits
+// before it listens (the pod runs, not Ready): a test's "starting" instance
+// for as long as it needs one (`standin rm` in the pod releases it).
 type tinycode struct {
 	password string
 	workdir  string
@@ -57,7 +61,16 @@ func runTinycode() error {
 	if ap := os.Getenv("TINYCODE_ACTIVITY_PORT"); ap != "" {
 		go func() { errs <- serve(":"+ap, http.HandlerFunc(t.activity)) }()
 	}
-	go func() { errs <- serve(":"+port, t.ui()) }()
+	go func() {
+		hold := filepath.Join(t.workdir, ".standin-hold")
+		for {
+			if _, err := os.Stat(hold); err != nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		errs <- serve(":"+port, t.ui())
+	}()
 	fmt.Fprintf(os.Stderr, "tinycode stand-in listening on :%s (activity on :%s)\n", port, os.Getenv("TINYCODE_ACTIVITY_PORT"))
 	return <-errs
 }

@@ -280,6 +280,41 @@ async fn server_pods(client: &Client, ns: &str, name: &str) -> Vec<Pod> {
     pods.list(&lp).await.unwrap().items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
 }
 
+/// Waits until no manager pod is left (scaled to zero).
+fn wait_manager_pods_gone(node: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let selector = "app.kubernetes.io/name=tinycode-operator";
+        let left = node.kubectl_ok(&["get", "pods", "-n", OPERATOR_NS, "-l", selector, "-o", "name"]);
+        if left.trim().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "manager pods left after 120 s: {left}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The instance's sign-in front pods, once exactly one runs, Ready, with its
+/// gate told `--agent=<agent>` (an earlier rendering's pods gone).
+async fn wait_front(client: &Client, ns: &str, name: &str, agent: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp =
+        ListParams::default().labels(&format!("app.kubernetes.io/instance={name},app.kubernetes.io/component=front"));
+    let flag = format!("--agent={agent}");
+    wait_for(&format!("{ns}/{name}'s front with {flag}"), WAIT, || {
+        let (pods, lp, flag) = (pods.clone(), lp.clone(), flag.clone());
+        async move {
+            let all = pods.list(&lp).await.ok()?.items;
+            let told = |p: &Pod| {
+                let containers = p.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
+                containers.iter().any(|c| c.name == "gate" && c.args.iter().flatten().any(|a| *a == flag))
+            };
+            (all.len() == 1 && told(&all[0]) && pod_ready_since(&all[0]).is_some()).then_some(all)
+        }
+    })
+    .await
+}
+
 /// The instance's Service (the one with the `http` port 4096).
 async fn ui_service(client: &Client, ns: &str, name: &str) -> String {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
@@ -767,7 +802,10 @@ fn operator_network_policy_enforced() -> Result<(), Failed> {
         let pod = wait_for("the manager pod Ready", WAIT, || {
             let pods = pods.clone();
             async move {
-                pods.list(&ListParams::default()).await.ok()?.items.into_iter().find(|p| pod_ready_since(p).is_some())
+                // Not one an earlier scenario's restart is still stopping:
+                // it stays Ready for a moment after its listeners closed.
+                let items = pods.list(&ListParams::default()).await.ok()?.items.into_iter();
+                items.filter(|p| p.metadata.deletion_timestamp.is_none()).find(|p| pod_ready_since(p).is_some())
             }
         })
         .await;
@@ -1307,6 +1345,19 @@ fn set_manager_env(node: &Node, vars: &[&str]) {
     args.extend_from_slice(vars);
     node.kubectl_ok(&args);
     node.kubectl_ok(&["rollout", "status", deployment, "-n", OPERATOR_NS, "--timeout=180s"]);
+    // The rollout is complete while the old pod is still stopping; a scenario
+    // that reads "the manager pod" must find only the new one.
+    let stopping = r#"jsonpath={range .items[?(@.metadata.deletionTimestamp)]}{.metadata.name}{"\n"}{end}"#;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let selector = "app.kubernetes.io/name=tinycode-operator";
+        let left = node.kubectl_ok(&["get", "pods", "-n", OPERATOR_NS, "-l", selector, "-o", stopping]);
+        if left.trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the manager's old pods still stopping after 120 s: {left}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Sign-in (auth.mode oidc) in one real pod: oauth2-proxy (the real binary,
@@ -1385,17 +1436,20 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         let host = format!("dev-{ns}.apps.localhost");
         assert_eq!(urls, [format!("https://{host}"), format!("https://other-{ns}.apps.localhost")], "the URLs");
 
-        // One pod, three containers, each Ready by its own probe.
+        // The agent's pod holds tinycode alone; the front's pod the proxy
+        // and the gate; each container Ready by its own probe.
+        let ready_containers = |pod: &Pod| {
+            let containers = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+            let mut ready: Vec<(String, bool)> = containers.iter().map(|c| (c.name.clone(), c.ready)).collect();
+            ready.sort();
+            (ready, containers)
+        };
         let pods = server_pods(&client, ns, "dev").await;
         assert_eq!(pods.len(), 1, "one server pod");
-        let containers = pods[0].status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
-        let mut ready: Vec<(String, bool)> = containers.iter().map(|c| (c.name.clone(), c.ready)).collect();
-        ready.sort();
-        assert_eq!(
-            ready,
-            [("gate".to_string(), true), ("signin-proxy".to_string(), true), ("tinycode".to_string(), true)],
-            "{containers:?}"
-        );
+        assert_eq!(ready_containers(&pods[0]).0, [("tinycode".to_string(), true)]);
+        let fronts = wait_front(&client, ns, "dev", "runs").await;
+        let (ready, containers) = ready_containers(&fronts[0]);
+        assert_eq!(ready, [("gate".to_string(), true), ("signin-proxy".to_string(), true)], "{containers:?}");
         let proxy = containers.iter().find(|c| c.name == "signin-proxy").unwrap();
         assert!(
             proxy.image.ends_with("oauth2-proxy/oauth2-proxy:v7.15.6"),
@@ -1472,9 +1526,163 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             "{carol}"
         );
 
+        let pages: Vec<String> = [
+            "--url",
+            &urls[0],
+            "--queue",
+            &node.oidc_queue_url,
+            "--allowed",
+            "alice@example.com",
+            "--issuer",
+            &node.oidc_issuer,
+            "--map",
+            ingress_ip.trim(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Without the operator's relay the code cannot be redeemed: the
+        // proxy's error page names the instance and says what to do.
+        let manager = "deployment/tinycode-operator-manager";
+        node.kubectl_ok(&["scale", manager, "-n", OPERATOR_NS, "--replicas=0"]);
+        wait_manager_pods_gone(node);
+        let mut error_args = pages.clone();
+        error_args.extend(["--step".to_string(), "relay-down".to_string()]);
+        let steps = browser(node, "page", "oidc-mode", &error_args, true);
+        node.kubectl_ok(&["scale", manager, "-n", OPERATOR_NS, "--replicas=1"]);
+        node.kubectl_ok(&["rollout", "status", manager, "-n", OPERATOR_NS, "--timeout=180s"]);
+        let failed = step(&steps, "relay-down");
+        sent_to_provider(node, failed, &host);
+        assert_eq!(failed["status"], 500, "{failed}");
+        assert_eq!(failed["elements"]["#instance"], "dev", "{failed}");
+        let message = failed["elements"]["#message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("Sign-in did not complete"), "{failed}");
+        assert!(failed["elements"]["#next"].as_str().unwrap_or_default().contains("cluster-admin"), "{failed}");
+
+        // Stopped, the front stays and says so to alice: how to start it.
+        let hold = "/projects/.standin-hold";
+        node.standin_ok(ns, &pod, &["put-file", hold, "held by the node test"]);
+        let stop = |stopped: bool| {
+            let patch = json!({"spec": {"stopped": stopped}}).to_string();
+            node.kubectl_ok(&["patch", "tinycodeinstance", "dev", "-n", ns, "--type", "merge", "-p", &patch]);
+        };
+        stop(true);
+        wait_for("dev's agent pod gone", WAIT, || {
+            let client = client.clone();
+            async move { server_pods(&client, ns, "dev").await.is_empty().then_some(()) }
+        })
+        .await;
+        wait_front(&client, ns, "dev", "stopped").await;
+        let mut stopped_args = pages.clone();
+        stopped_args.extend(["--step".to_string(), "stopped".to_string()]);
+        let steps = browser(node, "page", "oidc-mode", &stopped_args, true);
+        let stopped = step(&steps, "stopped");
+        assert_eq!(stopped["status"], 503, "{stopped}");
+        assert_eq!(stopped["elements"]["#instance"], "dev", "{stopped}");
+        assert!(
+            stopped["elements"]["#message"].as_str().unwrap_or_default().contains("spec.stopped is true"),
+            "{stopped}"
+        );
+        let start =
+            format!(r#"kubectl patch tinycodeinstance dev -n {ns} --type merge -p '{{"spec":{{"stopped":false}}}}'"#);
+        assert_eq!(stopped["elements"]["#command"], start.as_str(), "{stopped}");
+
+        // Started again, and held before tinycode listens: alice's page says
+        // it is starting and reloads itself until tinycode answers, on the
+        // same data (its pod found the hold file where the last one left it).
+        stop(false);
+        wait_front(&client, ns, "dev", "runs").await;
+        let agent = wait_for("dev's new agent pod running", WAIT, || {
+            let client = client.clone();
+            async move {
+                let pods = server_pods(&client, ns, "dev").await;
+                let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                pods.into_iter().find(running)
+            }
+        })
+        .await;
+        let agent = agent.metadata.name.clone().unwrap();
+        let mark = root().join("target/e2e-screenshots/oidc-mode-starting.mark");
+        let _ = std::fs::remove_file(&mark);
+        let release = {
+            let (mark, agent, node_ns) = (mark.clone(), agent.clone(), ns.to_string());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(180);
+                while !mark.exists() {
+                    assert!(Instant::now() < deadline, "the browser never saw its first page");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                node.standin_ok(&node_ns, &agent, &["rm", hold]);
+            })
+        };
+        let mut starting_args = pages.clone();
+        starting_args.extend(["--mark".to_string(), mark.display().to_string(), "--until".into(), "#secret".into()]);
+        let steps = browser(node, "starting", "oidc-mode", &starting_args, true);
+        release.join().expect("the hold released");
+        let first = step(&steps, "starting");
+        assert_eq!(first["status"], 503, "{first}");
+        assert!(first["elements"]["#message"].as_str().unwrap_or_default().contains("is starting"), "{first}");
+        assert!(first["elements"]["#retry"].is_string(), "the page reloads itself: {first}");
+        let started = step(&steps, "started");
+        assert_eq!(started["status"], 200, "{started}");
+        assert_eq!(started["title"], "tinycode stand-in", "{started}");
+        assert_eq!(started["elements"]["#pod"], agent.as_str(), "the new agent pod answered: {started}");
+
+        // Stopped for idleness (checks every 2 s, a 15 s timeout), the
+        // instance is started by the first allowed user who opens it, on the
+        // same data; a user not allowed `use` starts nothing.
+        let marker = format!("kept across the idle stop {}", std::process::id());
+        node.standin_ok(ns, &agent, &["put-file", "/projects/keep.txt", &marker]);
+        set_manager_env(node, &["TINYCODE_ACTIVITY_CHECK_SECONDS=2"]);
+        let patch = json!({"spec": {"idle": {"timeout": "15s"}}}).to_string();
+        node.kubectl_ok(&["patch", "tinycodeinstance", "dev", "-n", ns, "--type", "merge", "-p", &patch]);
+        let ready = wait_reason(&client, ns, "dev", "Idle").await;
+        assert_eq!(ready["status"], "False", "{ready}");
+        wait_for("dev's idle agent pod gone", WAIT, || {
+            let client = client.clone();
+            async move { server_pods(&client, ns, "dev").await.is_empty().then_some(()) }
+        })
+        .await;
+        wait_front(&client, ns, "dev", "idle").await;
+        let mut carol_args = pages.clone();
+        let alice_at = carol_args.iter().position(|a| a == "alice@example.com").unwrap();
+        carol_args[alice_at] = "carol@example.com".into();
+        carol_args.extend(["--step".to_string(), "refused-idle".to_string()]);
+        let steps = browser(node, "page", "oidc-mode", &carol_args, true);
+        let refused = step(&steps, "refused-idle");
+        assert_eq!(refused["status"], 403, "{refused}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        let now = api.get("dev").await.unwrap();
+        assert_eq!(now.data["status"]["phase"], "Stopped", "carol started it: {:?}", now.data["status"]);
+        let asked = now.metadata.annotations.clone().unwrap_or_default();
+        assert!(!asked.contains_key("tinycode.dev/start-requested-at"), "carol asked for a start: {asked:?}");
+
+        let mark = root().join("target/e2e-screenshots/oidc-mode-woken.mark");
+        let mut wake_args = pages.clone();
+        wake_args.extend(["--mark".to_string(), mark.display().to_string(), "--until".into(), "#secret".into()]);
+        let steps = browser(node, "starting", "oidc-woken", &wake_args, true);
+        let first = step(&steps, "starting");
+        assert_eq!(first["status"], 503, "{first}");
+        assert!(first["elements"]["#message"].as_str().unwrap_or_default().contains("is starting"), "{first}");
+        let woken = step(&steps, "started");
+        assert_eq!(woken["status"], 200, "{woken}");
+        assert_eq!(woken["title"], "tinycode stand-in", "{woken}");
+        let agent = server_pods(&client, ns, "dev").await.remove(0).metadata.name.unwrap();
+        assert_eq!(woken["elements"]["#pod"], agent.as_str(), "{woken}");
+        let read = node.standin_ok(ns, &agent, &["cat", "/projects/keep.txt"]);
+        assert_eq!(read, marker, "the woken instance has its data");
+        let now = api.get("dev").await.unwrap();
+        let started = now.metadata.annotations.clone().unwrap_or_default();
+        assert!(started.contains_key("tinycode.dev/start-requested-at"), "started by the annotation: {started:?}");
+
         // The operator as it was, for the scenarios after this one.
         let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
-        set_manager_env(node, &["TINYCODE_OIDC_ISSUER_URL-", "TINYCODE_OIDC_CLIENT_ID-"]);
+        set_manager_env(
+            node,
+            &["TINYCODE_OIDC_ISSUER_URL-", "TINYCODE_OIDC_CLIENT_ID-", "TINYCODE_ACTIVITY_CHECK_SECONDS-"],
+        );
     });
     Ok(())
 }

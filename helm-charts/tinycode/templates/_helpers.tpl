@@ -244,3 +244,44 @@ imagePullSecrets:
   {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+A NetworkPolicy's ingress rules for the pods that serve the UI on .port:
+the router's or ingress controller's namespaces and the instance's own; the
+activity port (4097) for the operator alone. Call with (dict "ctx" . "port" N).
+*/}}
+{{- define "tinycode.publicIngress" -}}
+{{- /* The UI is for the router and the instance's own namespace only, not every pod in the cluster. */}}
+- from:
+    - namespaceSelector:
+        matchLabels:
+          {{- required "networkPolicy.ingressNamespaceLabels is required" .ctx.Values.networkPolicy.ingressNamespaceLabels | toYaml | nindent 10 }}
+    - podSelector: {}
+  ports:
+    - protocol: TCP
+      port: {{ .port }}
+{{- /* The activity report (idle stop) is for the operator alone. */}}
+- from:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: {{ required "networkPolicy.operatorNamespace is required" .ctx.Values.networkPolicy.operatorNamespace | quote }}
+  ports:
+    - protocol: TCP
+      port: 4097
+{{- end }}
+{{/*
+A NetworkPolicy's egress rules: anywhere but the denied (link-local and
+metadata) addresses.
+*/}}
+{{- define "tinycode.egress" -}}
+- to:
+    - namespaceSelector: {}
+    - ipBlock:
+        cidr: 0.0.0.0/0
+        except:
+          {{- .Values.networkPolicy.egressDeniedV4 | toYaml | nindent 10 }}
+    - ipBlock:
+        cidr: ::/0
+        except:
+          {{- .Values.networkPolicy.egressDeniedV6 | toYaml | nindent 10 }}
+{{- end }}

@@ -13,6 +13,17 @@ use crate::reconcile::stages::execute::Outcome;
 use crate::reconcile::stages::plan::{Exposure, Plan};
 use crate::render::{ingress, route};
 
+/// An instance's Deployments as the cache holds them (None: not there).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Deployments<'a> {
+    /// tinycode's.
+    pub server: Option<&'a Deployment>,
+    /// The bundled Ollama's.
+    pub ollama: Option<&'a Deployment>,
+    /// The sign-in front's.
+    pub front: Option<&'a Deployment>,
+}
+
 /// Status of an instance whose plan was carried out. Of `inst` only its
 /// metadata's generation and its previous status are read: the rest comes
 /// from the plan.
@@ -20,13 +31,13 @@ pub fn applied(
     inst: &TinycodeInstance,
     plan: &Plan,
     outcome: &Outcome,
-    deployment: Option<&Deployment>,
-    ollama: Option<&Deployment>,
+    deployments: Deployments<'_>,
     diagnosis: Option<&Diagnosis>,
     now: &str,
 ) -> TinycodeInstanceStatus {
-    let (mut workload, exposure_condition) = workload(plan, outcome, deployment);
-    workload.ollama_ready = waits_for_ollama(plan).then(|| rolled_out(ollama, 1));
+    let (mut workload, exposure_condition) = workload(plan, outcome, deployments.server);
+    workload.ollama_ready = waits_for_ollama(plan).then(|| rolled_out(deployments.ollama, 1));
+    workload.front_ready = waits_for_front(plan).then(|| rolled_out(deployments.front, 1));
     workload.diagnosis = diagnosis.cloned();
     let (phase, url, ready) = conditions::workload_status(&workload, &plan.warnings);
     let generation = inst.metadata.generation;
@@ -66,6 +77,13 @@ fn waits_for_ollama(plan: &Plan) -> bool {
     plan.values.ollama.enabled && !plan.values.stopped
 }
 
+/// Whether the instance's readiness includes its sign-in front's: the
+/// sign-in modes, while the workloads run (stopped, the front's page is a
+/// courtesy, not what the instance waits for).
+fn waits_for_front(plan: &Plan) -> bool {
+    plan.values.auth.mode != crate::api::AuthMode::Password && !plan.values.stopped
+}
+
 /// A Deployment whose status reflects its spec, with `desired` replicas
 /// updated and available.
 fn rolled_out(deployment: Option<&Deployment>, desired: i32) -> bool {
@@ -79,14 +97,17 @@ fn rolled_out(deployment: Option<&Deployment>, desired: i32) -> bool {
 
 /// The workload the instance still waits for, in the order readiness takes
 /// them (the server first): whose pods a diagnosis reads.
-pub fn waiting_on(plan: &Plan, deployment: Option<&Deployment>, ollama: Option<&Deployment>) -> Option<Component> {
+pub fn waiting_on(plan: &Plan, deployments: Deployments<'_>) -> Option<Component> {
     if plan.values.stopped {
         return None;
     }
-    if !rolled_out(deployment, plan.values.replicas) {
+    if !rolled_out(deployments.server, plan.values.replicas) {
         return Some(Component::Server);
     }
-    (waits_for_ollama(plan) && !rolled_out(ollama, 1)).then_some(Component::Ollama)
+    if waits_for_front(plan) && !rolled_out(deployments.front, 1) {
+        return Some(Component::Front);
+    }
+    (waits_for_ollama(plan) && !rolled_out(deployments.ollama, 1)).then_some(Component::Ollama)
 }
 
 fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> (Workload, Option<Desired>) {
@@ -118,6 +139,7 @@ fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> 
         idle_message: plan.idle.stopped.then(|| plan.idle.status.as_ref().map(|s| s.message.clone())).flatten(),
         diagnosis: None,
         ollama_ready: None,
+        front_ready: None,
     };
     (workload, condition)
 }
@@ -230,6 +252,14 @@ mod tests {
     use crate::reconcile::reason::Blocked;
     use crate::reconcile::stages::plan::tests::{instance, observed, plan_for};
 
+    fn server(d: Option<&Deployment>) -> Deployments<'_> {
+        Deployments { server: d, ..Default::default() }
+    }
+
+    fn with_ollama<'a>(server: &'a Deployment, ollama: Option<&'a Deployment>) -> Deployments<'a> {
+        Deployments { server: Some(server), ollama, front: None }
+    }
+
     fn deployment(available: i32, current: bool) -> Deployment {
         let mut d = Deployment::default();
         d.metadata.generation = Some(2);
@@ -270,7 +300,7 @@ mod tests {
             ("no Deployment", None, Phase::Deploying, Some("https://dev.apps.example.com")),
         ];
         for (case, d, phase, url) in cases {
-            let st = applied(&inst, &plan, &outcome, d.as_ref(), None, None, "2026-12-02T00:00:00Z");
+            let st = applied(&inst, &plan, &outcome, server(d.as_ref()), None, "2026-12-02T00:00:00Z");
             assert_eq!(st.phase, Some(phase), "{case}");
             assert_eq!(
                 st.url.as_deref(),
@@ -289,24 +319,58 @@ mod tests {
         let inst = instance(serde_json::json!({"ollama": {"enabled": true, "models": ["llama3"]}}));
         let plan = plan_for(&inst, &observed());
         let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
-        let server = deployment(1, true);
+        let up = deployment(1, true);
         let cases = [
             ("no Ollama Deployment yet", None, Phase::Deploying, Some(Component::Ollama)),
             ("models pulling", Some(deployment(0, true)), Phase::Deploying, Some(Component::Ollama)),
             ("Ready", Some(deployment(1, true)), Phase::Running, None),
         ];
         for (case, ollama, phase, waiting) in cases {
-            let st = applied(&inst, &plan, &outcome, Some(&server), ollama.as_ref(), None, "t");
+            let st = applied(&inst, &plan, &outcome, with_ollama(&up, ollama.as_ref()), None, "t");
             assert_eq!(st.phase, Some(phase), "{case}");
-            assert_eq!(waiting_on(&plan, Some(&server), ollama.as_ref()), waiting, "{case}");
+            assert_eq!(waiting_on(&plan, with_ollama(&up, ollama.as_ref())), waiting, "{case}");
         }
         // The server is waited for first; a stopped instance waits for nothing.
-        assert_eq!(waiting_on(&plan, Some(&deployment(0, true)), None), Some(Component::Server));
+        assert_eq!(waiting_on(&plan, server(Some(&deployment(0, true)))), Some(Component::Server));
         let stopped =
             plan_for(&instance(serde_json::json!({"ollama": {"enabled": true}, "stopped": true})), &observed());
-        assert_eq!(waiting_on(&stopped, None, None), None);
+        assert_eq!(waiting_on(&stopped, Deployments::default()), None);
         let without = plan_for(&instance(serde_json::json!({})), &observed());
-        assert_eq!(waiting_on(&without, Some(&server), None), None, "no Ollama bundled: nothing else to wait for");
+        assert_eq!(waiting_on(&without, server(Some(&up))), None, "no Ollama bundled: nothing else to wait for");
+    }
+
+    #[test]
+    fn a_sign_in_front_counts_toward_ready_while_the_agent_runs() {
+        let inst = instance(serde_json::json!({"auth": {"mode": "openshift"}}));
+        let mut signed = observed();
+        signed.signin = Some(crate::reconcile::stages::observe::SigninFacts {
+            current: None,
+            fresh_cookie: Some("c".repeat(32)),
+            relay_credential: None,
+            endpoints: None,
+        });
+        let plan = plan_for(&inst, &signed);
+        let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
+        let up = deployment(1, true);
+        for (case, front, phase, waiting) in [
+            ("no front yet", None, Phase::Deploying, Some(Component::Front)),
+            ("front starting", Some(deployment(0, true)), Phase::Deploying, Some(Component::Front)),
+            ("front Ready", Some(deployment(1, true)), Phase::Running, None),
+        ] {
+            let deployments = Deployments { server: Some(&up), ollama: None, front: front.as_ref() };
+            let st = applied(&inst, &plan, &outcome, deployments, None, "t");
+            assert_eq!(st.phase, Some(phase), "{case}");
+            assert_eq!(waiting_on(&plan, deployments), waiting, "{case}");
+            if phase == Phase::Deploying {
+                let ready = st.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap();
+                assert!(ready.message.contains("sign-in front"), "{case}: {}", ready.message);
+            }
+        }
+        // Password mode has no front; a stopped sign-in instance waits for nothing.
+        let password = plan_for(&instance(serde_json::json!({})), &observed());
+        assert_eq!(waiting_on(&password, server(Some(&up))), None);
+        let stopped = plan_for(&instance(serde_json::json!({"auth": {"mode": "openshift"}, "stopped": true})), &signed);
+        assert_eq!(waiting_on(&stopped, Deployments::default()), None);
     }
 
     #[test]
@@ -324,13 +388,13 @@ mod tests {
         };
         let s = |status: &str, reason: &str| (status.to_string(), reason.to_string());
         let mut d = Diagnosis { reason: Reason::CrashLoop, message: "container tinycode ...".into(), stalled: false };
-        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), None, Some(&d), "t");
+        let st = applied(&inst, &plan, &outcome, server(Some(&deployment(0, true))), Some(&d), "t");
         assert_eq!(
             shape(&st),
             (Some(Phase::Deploying), s("False", "CrashLoop"), s("True", "Progressing"), s("False", "Progressing"))
         );
         d.stalled = true;
-        let st = applied(&inst, &plan, &outcome, Some(&deployment(0, true)), None, Some(&d), "t");
+        let st = applied(&inst, &plan, &outcome, server(Some(&deployment(0, true))), Some(&d), "t");
         assert_eq!(
             shape(&st),
             (
@@ -357,9 +421,9 @@ mod tests {
         let mut inst = instance(serde_json::json!({}));
         let plan = plan_for(&inst, &observed());
         let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
-        let first = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, None, "2026-12-02T00:00:00Z");
+        let first = applied(&inst, &plan, &outcome, server(Some(&deployment(1, true))), None, "2026-12-02T00:00:00Z");
         inst.status = Some(first.clone());
-        let later = applied(&inst, &plan, &outcome, Some(&deployment(1, true)), None, None, "2026-12-02T01:00:00Z");
+        let later = applied(&inst, &plan, &outcome, server(Some(&deployment(1, true))), None, "2026-12-02T01:00:00Z");
         assert_eq!(later, first, "transition times are kept");
     }
 

@@ -46,7 +46,8 @@ pub struct Values {
     pub secret_env: Vec<SecretEnvValues>,
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
-    /// spec.stopped: every workload runs zero replicas; nothing else changes.
+    /// spec.stopped, or stopped for idleness: tinycode and a bundled Ollama
+    /// run zero replicas (a sign-in front stays up and says so); nothing else changes.
     pub stopped: bool,
     /// The Deployments' progressDeadlineSeconds (`--progress-deadline-seconds`).
     #[schemars(range(min = 10, max = 86400))]
@@ -139,7 +140,7 @@ pub fn build(
         hostname: spec.hostname.clone().unwrap_or_default(),
         tls_termination: spec.tls_termination,
         ollama: OllamaValues::of(&spec.ollama, settings, approved.class.ollama_runtime_class_name.as_deref()),
-        auth: AuthValues::of(inst, &spec.auth, settings, approved.oidc_endpoints.as_ref()),
+        auth: AuthValues::of(inst, &spec.auth, settings, approved.oidc_endpoints.as_ref(), agent_state(spec, approved)),
         shell: ShellValues::of(&spec.shell),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         tolerations: spec.tolerations.clone().unwrap_or_default(),
@@ -154,6 +155,17 @@ pub fn build(
     };
     values.values_hash = hash(&values, &rendering(settings));
     values
+}
+
+/// What the sign-in front says while tinycode does not answer: the user's
+/// own stop comes first (starting it again after idleness would not start it).
+fn agent_state(spec: &TinycodeInstanceSpec, approved: &Approved) -> crate::render::signin::AgentState {
+    use crate::render::signin::AgentState;
+    match (spec.stopped, approved.idle_stopped) {
+        (true, _) => AgentState::Stopped,
+        (false, true) => AgentState::Idle,
+        (false, false) => AgentState::Runs,
+    }
 }
 
 /// Where the traffic to the UI comes from: the OpenShift router's namespaces

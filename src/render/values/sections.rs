@@ -124,6 +124,15 @@ pub struct NameValues {
     /// `<name>-tinycode-signin`: the sign-in proxy's Secret (cookie secret, relay credential).
     #[schemars(length(min = 1, max = 63))]
     pub signin_secret: String,
+    /// `<name>-tinycode-front`: the sign-in front's Deployment and NetworkPolicy.
+    #[schemars(length(min = 1, max = 63))]
+    pub front: String,
+    /// `<name>-tinycode-agent`: the Service the front reaches tinycode by.
+    #[schemars(length(min = 1, max = 63))]
+    pub agent_service: String,
+    /// `<name>-tinycode-signin-pages`: the ConfigMap of the sign-in proxy's error page.
+    #[schemars(length(min = 1, max = 253))]
+    pub signin_pages: String,
 }
 
 impl NameValues {
@@ -139,6 +148,9 @@ impl NameValues {
             cluster_role_binding: naming::cluster_role_binding(namespace, name),
             signin_secret: naming::signin_secret(name),
             discovery_binding: naming::discovery_binding(namespace, name),
+            front: naming::front(name),
+            agent_service: naming::agent_service(name),
+            signin_pages: naming::signin_pages(name),
         }
     }
 }
@@ -328,11 +340,12 @@ impl AuthValues {
         auth: &Auth,
         settings: &Settings,
         endpoints: Option<&signin::OidcEndpoints>,
+        agent: signin::AgentState,
     ) -> Self {
         let (ns, name) = (inst.namespace, inst.name);
         let gate = |mode| ContainerValues {
             image: settings.signin.gate_image.clone(),
-            args: signin::gate_args(mode, ns, name, &settings.signin),
+            args: signin::gate_args(mode, ns, name, agent, &settings.signin),
         };
         let (proxy, gate) = match (auth.mode, settings.signin.oidc.as_ref(), endpoints) {
             (AuthMode::Password, ..) => (ContainerValues::default(), ContainerValues::default()),

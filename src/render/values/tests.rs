@@ -161,3 +161,22 @@ fn hash_changes_with_values_and_ignores_itself() {
     assert_ne!(a.values_hash, e.values_hash);
     assert_eq!(e.config.checksum, sha256_hex(b"{\"model\":\"m\"}"));
 }
+
+/// The front's gate is told why tinycode is down: the user's own stop first,
+/// then idleness; password mode has no front (no gate arguments at all).
+#[test]
+fn the_front_is_told_whether_the_agent_runs() {
+    let gate_agent = |spec: serde_json::Value, idle: bool| {
+        let approved = Approved { idle_stopped: idle, ..Default::default() };
+        let v = build(&INST, &serde_json::from_value(spec).unwrap(), &Settings::default(), &approved, None);
+        assert!(v.stopped == (idle || v.auth.gate.args.iter().any(|a| a == "--agent=stopped")));
+        v.auth.gate.args.iter().find_map(|a| a.strip_prefix("--agent=").map(str::to_string))
+    };
+    let openshift = serde_json::json!({"auth": {"mode": "openshift"}});
+    let stopped = serde_json::json!({"auth": {"mode": "openshift"}, "stopped": true});
+    assert_eq!(gate_agent(openshift.clone(), false).as_deref(), Some("runs"));
+    assert_eq!(gate_agent(openshift, true).as_deref(), Some("idle"));
+    assert_eq!(gate_agent(stopped.clone(), false).as_deref(), Some("stopped"));
+    assert_eq!(gate_agent(stopped, true).as_deref(), Some("stopped"), "the user's own stop says so");
+    assert_eq!(gate_agent(serde_json::json!({}), false), None);
+}

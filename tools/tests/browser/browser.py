@@ -8,6 +8,16 @@ screenshot under --screenshots (kept as files, never compared).
         --screenshots DIR --name NAME
     python browser.py oidc --url URL --other-url URL --queue URL --allowed EMAIL \
         --refused EMAIL --issuer URL --map IP --cert PEM --screenshots DIR --name NAME
+    python browser.py page --step STEP --url URL --queue URL --allowed EMAIL \
+        --issuer URL --map IP --cert PEM --screenshots DIR --name NAME
+    python browser.py starting --url URL --queue URL --allowed EMAIL --issuer URL \
+        --map IP --mark FILE --until SELECTOR --cert PEM --screenshots DIR --name NAME
+
+`page` signs in and reports the page it lands on as step STEP (a stopped
+instance's, a failed sign-in's). `starting`
+signs in, reports the first page (a starting instance's), writes --mark (so
+the test can let the instance start), then waits on the same page, which
+reloads itself, until --until is on it, and reports that page too.
 
 `oidc` runs inside the node's network namespace (the tests start it with
 nsenter), where the OpenID Connect provider lives: the instances' names are
@@ -142,6 +152,56 @@ def oidc(args):
     return {"steps": steps}
 
 
+PAGE_ELEMENTS = ["#instance", "#namespace", "#command", "#message", "#retry", "#next"]
+
+
+def signed_in_page(args):
+    with sync_playwright() as p:
+        browser = launch(p, args)
+        queue(args, args.allowed)
+        context = browser.new_context()
+        step = open_in(context, args, args.step, args.url, PAGE_ELEMENTS)
+        context.close()
+        browser.close()
+    return {"steps": [step]}
+
+
+def report(args, page, step, answers, read):
+    last = answers[-1] if answers else None
+    os.makedirs(args.screenshots, exist_ok=True)
+    page.screenshot(path=os.path.join(args.screenshots, f"{args.name}-{step}.png"), full_page=True)
+    return {
+        "step": step,
+        "status": last.status if last else None,
+        "title": page.title(),
+        "text": page.locator("body").inner_text(),
+        "elements": {sel: page.locator(sel).inner_text() for sel in read if page.locator(sel).count() == 1},
+        "hops": [{"url": a.url, "status": a.status, "location": a.headers.get("location")} for a in answers],
+    }
+
+
+def starting(args):
+    with sync_playwright() as p:
+        browser = launch(p, args)
+        queue(args, args.allowed)
+        context = browser.new_context()
+        page = context.new_page()
+        answers = []
+        page.on("response", lambda r: answers.append(r) if r.request.is_navigation_request() else None)
+        page.goto(args.url, wait_until="load")
+        steps = [report(args, page, "starting", answers, PAGE_ELEMENTS)]
+        with open(args.mark, "w") as f:
+            f.write("seen\n")
+        # Only the page's own reloads from here: nothing is clicked or typed.
+        page.wait_for_selector(args.until, timeout=180_000)
+        page.wait_for_load_state("load")
+        answers = answers[-1:]
+        steps.append(report(args, page, "started", answers, [args.until, "#pod", "h1"]))
+        context.close()
+        browser.close()
+    return {"steps": steps}
+
+
 def password(args):
     with open(args.password_file) as f:
         secret = f.read().strip()
@@ -159,7 +219,8 @@ def password(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["password", "oidc"])
+    parser.add_argument("scenario", choices=["password", "oidc", "page", "starting"])
+    parser.add_argument("--step")
     parser.add_argument("--url", required=True)
     parser.add_argument("--password-file")
     parser.add_argument("--other-url")
@@ -168,12 +229,15 @@ def main():
     parser.add_argument("--refused")
     parser.add_argument("--issuer")
     parser.add_argument("--map")
+    parser.add_argument("--mark")
+    parser.add_argument("--until")
     parser.add_argument("--cert", required=True)
     parser.add_argument("--screenshots", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--chromium", default=os.environ.get("TINYCODE_CHROMIUM", "chromium"))
     args = parser.parse_args()
-    json.dump(password(args) if args.scenario == "password" else oidc(args), sys.stdout)
+    scenarios = {"password": password, "oidc": oidc, "page": signed_in_page, "starting": starting}
+    json.dump(scenarios[args.scenario](args), sys.stdout)
     sys.stdout.write("\n")
 
 

@@ -638,6 +638,10 @@ pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<Tinycode
     if inst.spec.ollama.enabled {
         mark_available(c, ns, &naming::ollama(name)).await?;
     }
+    // So is a sign-in front's.
+    if inst.spec.auth.mode != tinycode_operator::api::AuthMode::Password {
+        mark_available(c, ns, &naming::front(name)).await?;
+    }
     admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
     wait_phase(c, ns, name, "Running").await
 }

@@ -391,19 +391,21 @@ async fn signed_in(
 
     let (tinycode_port, seen, standin) = standin_tinycode().await?;
     let (gate_port, proxy_port) = (free_port()?, free_port()?);
+    // The sign-in front: its own Deployment, reaching tinycode by the agent's Service.
     let deployment =
-        Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::fullname("dev")).await.ctx("deployment")?;
+        Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::front("dev")).await.ctx("front deployment")?;
+    let agent = format!("http://{}.{ns}.svc", naming::agent_service("dev"));
     let gate_args = container_args(
         &deployment,
         "gate",
         &[
             ("127.0.0.1:4181", format!("127.0.0.1:{gate_port}")),
-            ("http://127.0.0.1:4096", format!("http://127.0.0.1:{tinycode_port}")),
+            (&format!("{agent}:4096"), format!("http://127.0.0.1:{tinycode_port}")),
             ("/var/run/secrets/tinycode/gate", gate_dir.display().to_string()),
             ("0.0.0.0:4097", format!("127.0.0.1:{activity_port}")),
             // An image without an activity report (nothing listens there):
             // the gate judges by the requests it lets through alone.
-            ("http://127.0.0.1:4098/activity", format!("http://127.0.0.1:{}/activity", free_port()?)),
+            (&format!("{agent}:4098/activity"), format!("http://127.0.0.1:{}/activity", free_port()?)),
         ],
     )?;
     let proxy_args = container_args(
