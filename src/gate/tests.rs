@@ -190,9 +190,7 @@ async fn requests_let_through_count_as_activity_and_refused_ones_do_not() {
 /// still gets the 403, and learns nothing of the server.
 #[tokio::test]
 async fn an_allowed_user_learns_why_the_server_does_not_answer() {
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let nowhere = closed.local_addr().unwrap();
-    drop(closed);
+    let (_held, nowhere) = nothing_listens();
     let browser = [("X-Forwarded-User", "alice"), ("Accept", "text/html")];
     for (agent, says) in [(AgentState::Runs, "is starting"), (AgentState::Stopped, "spec.stopped is true")] {
         let (addr, _dir, _) = gate_tracked(Mode::Oidc, Fake::new(&["alice"]), Duration::ZERO, nowhere, agent).await;
@@ -228,9 +226,7 @@ async fn allowed_users_start_an_idle_instance_and_others_do_not() {
     let relay_addr = relay_listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(relay_listener, relay).await.unwrap() });
 
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let nowhere = closed.local_addr().unwrap();
-    drop(closed);
+    let (_held, nowhere) = nothing_listens();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("relay-credential"), "trc1.ide\n").unwrap();
     let upstream = Upstream::new(&format!("http://{nowhere}"), Password::new(None)).unwrap();
@@ -259,6 +255,17 @@ async fn allowed_users_start_an_idle_instance_and_others_do_not() {
         assert!(page.starts_with("HTTP/1.1 503") && page.contains("is starting"), "{page}");
     }
     assert_eq!(asked.lock().unwrap().clone(), vec!["Bearer trc1.ide".to_string()], "asked once, as the instance");
+}
+
+/// An address where nothing listens, for as long as the socket is held: it
+/// is bound (so no other test can take the port) but never listens, so a
+/// connection is refused. (A port freed after binding could be taken by a
+/// test running alongside.)
+fn nothing_listens() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
 }
 
 /// One `GET path` with `headers` and `Connection: close`; the whole raw response.
