@@ -137,6 +137,10 @@ pub struct SigninSettings {
     pub gate_image: String,
     /// How long the gate keeps an access decision.
     pub access_cache: Duration,
+    /// Every instance gets a front that answers its URL while the agent is
+    /// stopped (password mode too); off, a password instance's URL reaches
+    /// tinycode directly and a stopped instance's URL answers nothing.
+    pub front: bool,
 }
 
 impl Default for SigninSettings {
@@ -147,6 +151,7 @@ impl Default for SigninSettings {
             openshift_oauth_proxy_image: "quay.io/openshift/origin-oauth-proxy:4.16".into(),
             gate_image: DEFAULT_GATE_IMAGE.into(),
             access_cache: Duration::from_secs(30),
+            front: true,
         }
     }
 }

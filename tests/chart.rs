@@ -126,12 +126,15 @@ fn basic_instance_objects() {
         kinds(&docs),
         vec![
             "Deployment/dev-tinycode",
+            "Deployment/dev-tinycode-front",
             "NetworkPolicy/dev-tinycode",
+            "NetworkPolicy/dev-tinycode-front",
             "PersistentVolumeClaim/dev-data",
             "PersistentVolumeClaim/dev-projects",
             "Role/dev-tinycode-discovery",
             "RoleBinding/dev-tinycode-discovery",
             "Service/dev-tinycode",
+            "Service/dev-tinycode-agent",
             "ServiceAccount/dev-tinycode",
         ]
     );
@@ -205,22 +208,24 @@ fn basic_instance_objects() {
     assert!(pvc["spec"]["storageClassName"].is_null(), "no class means the cluster default");
     let svc = find(&docs, "Service", "dev-tinycode");
     assert_eq!(svc["spec"]["ports"][0]["port"], 4096);
-    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "front");
     // The activity report (idle stop): its own Service port, which the Route
-    // and Ingress do not name, served by the tinycode container.
+    // and Ingress do not name, served by the front's gate (which joins the
+    // image's own report, on 4098, to the requests it let through).
     assert_eq!(
         svc["spec"]["ports"][1],
         json!({"name": "activity", "port": 4097, "targetPort": "activity", "protocol": "TCP"})
     );
     let tinycode = &find(&docs, "Deployment", "dev-tinycode")["spec"]["template"]["spec"]["containers"][0];
+    assert!(tinycode["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4098"})));
+    let gate = container(find(&docs, "Deployment", "dev-tinycode-front"), "gate");
     assert!(
-        tinycode["ports"]
+        gate["ports"]
             .as_array()
             .unwrap()
             .contains(&json!({"name": "activity", "containerPort": 4097, "protocol": "TCP"}))
     );
-    assert!(tinycode["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4097"})));
-    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode-front");
     assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 2);
     // Only the operator's namespace reaches the activity port.
     assert_eq!(
@@ -228,11 +233,18 @@ fn basic_instance_objects() {
         json!({"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tinycode-operator-system"}}}],
                "ports": [{"port": 4097, "protocol": "TCP"}]})
     );
-    assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": 4096, "protocol": "TCP"}]));
+    assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": 4180, "protocol": "TCP"}]));
     assert_eq!(
         np["spec"]["ingress"][0]["from"],
         json!([{"namespaceSelector": {"matchLabels": {"policy-group.network.openshift.io/ingress": ""}}}, {"podSelector": {}}]),
         "only the router's namespaces and the instance's own namespace reach the UI"
+    );
+    // tinycode itself: the front's pods alone.
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
+    assert_eq!(np["spec"]["ingress"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        np["spec"]["ingress"][0]["ports"],
+        json!([{"port": 4096, "protocol": "TCP"}, {"port": 4098, "protocol": "TCP"}])
     );
     assert_eq!(dep["spec"]["template"]["spec"]["automountServiceAccountToken"], false, "no cluster role: no token");
 }
@@ -574,8 +586,10 @@ fn short_names_render_exactly_as_before() {
             "ConfigMap/dev-tinycode-config",
             "Deployment/dev-ollama",
             "Deployment/dev-tinycode",
+            "Deployment/dev-tinycode-front",
             "NetworkPolicy/dev-ollama",
             "NetworkPolicy/dev-tinycode",
+            "NetworkPolicy/dev-tinycode-front",
             "PersistentVolumeClaim/dev-data",
             "PersistentVolumeClaim/dev-ollama-models",
             "PersistentVolumeClaim/dev-projects",
@@ -584,6 +598,7 @@ fn short_names_render_exactly_as_before() {
             "RoleBinding/tinycode:team:dev-discovery",
             "Service/dev-ollama",
             "Service/dev-tinycode",
+            "Service/dev-tinycode-agent",
             "ServiceAccount/dev-tinycode",
         ]
     );
@@ -743,11 +758,16 @@ fn kubernetes_network_policy_admits_the_ingress_controller_namespace() {
         ..Settings::default()
     };
     let docs = render_default_spec(&settings);
-    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
-    assert_eq!(
-        np["spec"]["ingress"][0]["from"],
-        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "traefik"}}}, {"podSelector": {}}])
-    );
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode-front");
+    let from = json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "traefik"}}}, {"podSelector": {}}]);
+    assert_eq!(np["spec"]["ingress"][0]["from"], from);
+    // Fronts off: tinycode's own policy admits them.
+    let docs = render_default_spec(&Settings { signin: no_fronts(), ..settings });
+    assert_eq!(find(&docs, "NetworkPolicy", "dev-tinycode")["spec"]["ingress"][0]["from"], from);
+}
+
+fn no_fronts() -> tinycode_operator::settings::SigninSettings {
+    tinycode_operator::settings::SigninSettings { front: false, ..Default::default() }
 }
 
 /// Egress: the cluster's pods and every address but link-local, the cloud
@@ -867,20 +887,64 @@ fn args(ctr: &Value) -> Vec<String> {
     ctr["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
 }
 
+/// Password mode: the front is the gate alone, on the public port, asking
+/// for the password; the agent's Deployment is tinycode alone, reachable
+/// from the front only.
 #[test]
-fn password_mode_exposes_tinycode_itself_and_has_no_proxy() {
-    let (_, docs) = render_mode("password");
+fn password_mode_fronts_tinycode_with_the_gate_alone() {
+    let (v, docs) = render_mode("password");
     let deploy = find(&docs, "Deployment", "dev-tinycode");
-    let names: Vec<&str> = deploy["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, vec!["tinycode"]);
+    assert_eq!(deploy["spec"]["template"]["spec"]["containers"].as_array().unwrap().len(), 1);
+    let tinycode = container(deploy, "tinycode");
+    assert_eq!(env_of(tinycode, "TINYCODE_ACTIVITY_PORT").unwrap()["value"], "4098", "the gate serves 4097");
+    let front = find(&docs, "Deployment", "dev-tinycode-front");
+    let pod = &front["spec"]["template"]["spec"];
+    let names: Vec<&str> = pod["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["gate"]);
+    let gate = container(front, "gate");
+    assert_eq!(gate["ports"][0], json!({"name": "front", "containerPort": 4180, "protocol": "TCP"}));
+    assert_eq!(gate["readinessProbe"]["httpGet"], json!({"path": "/tinycode-gate/healthz", "port": "front"}));
+    assert!(args(gate).contains(&"--mode=password".to_string()));
+    assert!(args(gate).contains(&format!("--password-secret={}", v.auth.password_secret)));
+    assert_eq!(gate["lifecycle"]["preStop"]["sleep"]["seconds"], 5);
+    // The gate's volume: the password alone (no CA, no relay credential).
+    let sources = pod["volumes"][0]["projected"]["sources"].as_array().unwrap();
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    assert_eq!(sources[0]["secret"]["name"], v.auth.password_secret.as_str());
+    assert_eq!(pod["volumes"].as_array().unwrap().len(), 1);
+    let service = find(&docs, "Service", "dev-tinycode");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "front");
+    assert_eq!(service["spec"]["selector"]["app.kubernetes.io/component"], "front");
+    let server_policy = find(&docs, "NetworkPolicy", "dev-tinycode");
+    assert_eq!(
+        server_policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "front"
+    );
+    let front_policy = find(&docs, "NetworkPolicy", "dev-tinycode-front");
+    assert_eq!(front_policy["spec"]["ingress"][0]["ports"][0]["port"], 4180);
+    assert!(!kinds(&docs).iter().any(|k| k.contains("signin") || k.contains("access-review")), "{:?}", kinds(&docs));
+}
+
+/// The cluster-admin turned fronts off: a password instance's URL reaches
+/// tinycode itself (and its own activity report), and a stopped sign-in
+/// instance's front goes to zero with it.
+#[test]
+fn fronts_off_expose_tinycode_itself_in_password_mode() {
+    let settings = Settings { signin: no_fronts(), ..Settings::default() };
+    let docs = render_default_spec(&settings);
+    assert!(!kinds(&docs).iter().any(|k| k.contains("front") || k.contains("agent")), "{:?}", kinds(&docs));
+    let deploy = find(&docs, "Deployment", "dev-tinycode");
+    assert_eq!(env_of(container(deploy, "tinycode"), "TINYCODE_ACTIVITY_PORT").unwrap()["value"], "4097");
     assert_eq!(find(&docs, "Service", "dev-tinycode")["spec"]["ports"][0]["targetPort"], "http");
     assert_eq!(find(&docs, "NetworkPolicy", "dev-tinycode")["spec"]["ingress"][0]["ports"][0]["port"], 4096);
-    assert!(!kinds(&docs).iter().any(|k| k.contains("access-review")));
+
+    let (mut settings, approved) = signin_settings();
+    settings.signin.front = false;
+    let spec: TinycodeInstanceSpec =
+        serde_json::from_value(json!({"auth": {"mode": "oidc"}, "stopped": true})).unwrap();
+    let instance = InstanceRef { name: "dev", namespace: "team", uid: "u" };
+    let (_, docs) = render_values(values::build(&instance, &spec, &settings, &approved, None));
+    assert_eq!(find(&docs, "Deployment", "dev-tinycode-front")["spec"]["replicas"], 0);
 }
 
 #[test]
@@ -902,7 +966,7 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     // Only the proxy's port is reachable from outside: the Service (so the
     // Route or Ingress) selects the front and names the proxy's port.
     let service = find(&docs, "Service", "dev-tinycode");
-    assert_eq!(service["spec"]["ports"][0]["targetPort"], "signin");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "front");
     assert_eq!(service["spec"]["selector"]["app.kubernetes.io/component"], "front");
     let ports_of = |policy: &Value| -> Vec<Value> {
         policy["spec"]["ingress"]
@@ -932,7 +996,7 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     let proxy = container(front, "signin-proxy");
     assert_eq!(proxy["image"], "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6");
     assert_eq!(proxy["ports"][0]["containerPort"], 4180);
-    assert_eq!(proxy["ports"][0]["name"], "signin");
+    assert_eq!(proxy["ports"][0]["name"], "front");
     assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/ping");
     assert_eq!(args(proxy), v.auth.proxy.args);
     assert!(

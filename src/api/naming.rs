@@ -137,8 +137,8 @@ pub fn route(name: &str) -> String {
     fullname(name)
 }
 
-/// The sign-in front's Deployment and NetworkPolicy (sign-in modes): the
-/// proxy and the gate, which stay up while the agent is stopped.
+/// The front's Deployment and NetworkPolicy: the gate (with the sign-in
+/// proxy in the sign-in modes), which stays up while the agent is stopped.
 pub fn front(name: &str) -> String {
     fit(name, "-tinycode-front", DNS_LABEL_MAX)
 }

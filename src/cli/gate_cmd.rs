@@ -18,7 +18,8 @@ use crate::gate::{self, Mode, Prefixes, Target};
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 #[command(next_help_heading = "Gate options")]
 pub struct GateArgs {
-    /// Address the gate listens on (the sign-in proxy's upstream).
+    /// Address the gate listens on (the sign-in proxy's upstream; in
+    /// password mode, the front's public port).
     #[arg(long, default_value = "127.0.0.1:4181")]
     pub listen: SocketAddr,
     /// The tinycode server (http://host:port) allowed requests go to.
@@ -36,9 +37,13 @@ pub struct GateArgs {
     pub instance: String,
     /// oidc: oauth2-proxy's X-Forwarded-User/-Groups, checked by the
     /// operator's relay (--review-url); openshift: oauth-proxy's X-Forwarded-Access-Token,
-    /// checked with a SelfSubjectAccessReview made with it.
+    /// checked with a SelfSubjectAccessReview made with it; password: no
+    /// proxy, the caller's HTTP Basic password checked against --password-file.
     #[arg(long, value_enum)]
     pub mode: Mode,
+    /// password: the Secret holding the password, named on the page that asks for it.
+    #[arg(long)]
+    pub password_secret: Option<String>,
     /// Put before the user name (the cluster's OIDC username prefix, e.g. "oidc:").
     #[arg(long, default_value = "")]
     pub username_prefix: String,
@@ -101,6 +106,7 @@ impl GateArgs {
             ca_file: self.ca_file.clone(),
             api_server: self.api_server.clone().filter(|s| !s.is_empty()),
             password_file: nonempty(&self.password_file),
+            password_secret: self.password_secret.clone().filter(|s| !s.is_empty()),
             activity_listen: self.activity_listen,
             activity_report: self.activity_report.clone().filter(|s| !s.is_empty()),
         }

@@ -327,6 +327,13 @@ pub struct SigninArgs {
     #[arg(long, global = true, env = "TINYCODE_ACCESS_CACHE_SECONDS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub access_cache_seconds: u64,
+    /// Give every instance a small front (the gate; with the sign-in proxy in
+    /// the sign-in modes) that answers its URL while tinycode is stopped:
+    /// starting, stopped, idle. false: password instances are served by
+    /// tinycode directly, sign-in fronts scale to zero with the agent, and a
+    /// stopped instance's URL answers nothing.
+    #[arg(long, global = true, env = "TINYCODE_FRONT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub front: bool,
 }
 
 impl SigninArgs {
@@ -367,6 +374,7 @@ impl SigninArgs {
             openshift_oauth_proxy_image: self.openshift_oauth_proxy_image.clone(),
             gate_image: self.gate_image.clone(),
             access_cache: Duration::from_secs(self.access_cache_seconds),
+            front: self.front,
         })
     }
 }

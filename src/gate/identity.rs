@@ -34,6 +34,9 @@ pub enum Mode {
     /// OpenShift's oauth-proxy: X-Forwarded-Access-Token, checked with a
     /// SelfSubjectAccessReview made with that token.
     Openshift,
+    /// No proxy: the caller's HTTP Basic password, checked against
+    /// `--password-file` (the front of a password-mode instance).
+    Password,
 }
 
 /// Strings put before the user name and each group, so they read as the
@@ -115,12 +118,14 @@ pub enum Refusal {
     /// A state-changing request (or an upgrade) another site made in the
     /// user's name (see `browser::cross_site`).
     CrossSite,
+    /// Password mode: no password, or not the instance's.
+    NoPassword,
 }
 
 impl Refusal {
     pub fn status(self) -> StatusCode {
         match self {
-            Refusal::NoIdentity | Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Refusal::NoIdentity | Refusal::Unauthenticated | Refusal::NoPassword => StatusCode::UNAUTHORIZED,
             Refusal::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Refusal::Malformed(_) => StatusCode::BAD_REQUEST,
             Refusal::Forbidden | Refusal::Reserved | Refusal::CrossSite => StatusCode::FORBIDDEN,
@@ -206,6 +211,8 @@ pub fn subject(mode: Mode, headers: &HeaderMap, prefixes: &Prefixes) -> Result<S
             }
             Ok(Subject::Token { token: token.to_string(), name: user.map(str::to_string) })
         }
+        // A password names nobody (the gate checks it without a subject).
+        Mode::Password => Err(Refusal::NoPassword),
     }
 }
 
@@ -279,6 +286,10 @@ pub fn message(refusal: Refusal, subject: Option<&Subject>, namespace: &str, ins
         Refusal::CrossSite => format!(
             "Forbidden: another site sent this request to tinycode instance {instance} in namespace {namespace} \
              in your name; open the instance at its own URL\n"
+        ),
+        Refusal::NoPassword => format!(
+            "Unauthorized: tinycode instance {instance} in namespace {namespace} asks for its password \
+             (any user name)\n"
         ),
     }
 }

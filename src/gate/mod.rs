@@ -87,18 +87,23 @@ pub const LIMITS: Limits = Limits {
     max_connections_per_peer: 1024,
 };
 
-/// Who may pass, with decisions cached.
+/// Who may pass: a signed-in user allowed `use` (decisions cached), or, in
+/// password mode, whoever has the password.
 pub struct Gate {
     mode: Mode,
-    prefixes: Prefixes,
-    reviewer: Arc<dyn Reviewer>,
-    decisions: Decisions,
+    check: Check,
+}
+
+enum Check {
+    Review { prefixes: Prefixes, reviewer: Arc<dyn Reviewer>, decisions: Decisions },
+    Password(Password),
 }
 
 /// What the gate does with a request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
-    Pass(Subject),
+    /// Let through; the user the proxy named (none in password mode).
+    Pass(Option<Subject>),
     /// Refused; the subject when the headers named one.
     Refuse(Refusal, Option<Subject>),
 }
@@ -106,16 +111,27 @@ pub enum Verdict {
 impl Gate {
     /// Decisions are kept for `ttl`, allowed and refused alike.
     pub fn new(mode: Mode, prefixes: Prefixes, reviewer: Arc<dyn Reviewer>, ttl: Duration) -> Self {
-        Gate { mode, prefixes, reviewer, decisions: Decisions::new(DecisionCache::new(MAX_CACHED, ttl, ttl)) }
+        let decisions = Decisions::new(DecisionCache::new(MAX_CACHED, ttl, ttl));
+        Gate { mode, check: Check::Review { prefixes, reviewer, decisions } }
+    }
+
+    /// Password mode: whoever presents `password` passes.
+    pub fn password(password: Password) -> Self {
+        Gate { mode: Mode::Password, check: Check::Password(password) }
     }
 
     /// Checks a request's headers, from the cache when it can.
     pub async fn check(&self, headers: &HeaderMap) -> Verdict {
-        let subject = match identity::subject(self.mode, headers, &self.prefixes) {
+        let (prefixes, reviewer, decisions) = match &self.check {
+            Check::Review { prefixes, reviewer, decisions } => (prefixes, reviewer, decisions),
+            Check::Password(password) if password.admits(headers) => return Verdict::Pass(None),
+            Check::Password(_) => return Verdict::Refuse(Refusal::NoPassword, None),
+        };
+        let subject = match identity::subject(self.mode, headers, prefixes) {
             Ok(subject) => subject,
             Err(refusal) => return Verdict::Refuse(refusal, None),
         };
-        let decision = match self.decisions.decide(subject.key(), || self.reviewer.review(&subject)).await {
+        let decision = match decisions.decide(subject.key(), || reviewer.review(&subject)).await {
             Ok(decision) => decision,
             Err(e) => {
                 tracing::warn!(user = subject.display_name(), error = %e, "gate: cannot review the user's access");
@@ -123,7 +139,7 @@ impl Gate {
             }
         };
         match identity::outcome(decision) {
-            Ok(()) => Verdict::Pass(subject),
+            Ok(()) => Verdict::Pass(Some(subject)),
             Err(refusal) => Verdict::Refuse(refusal, Some(subject)),
         }
     }
@@ -142,6 +158,8 @@ pub struct GateService {
     agent: AgentState,
     /// Asks the operator to start the instance when it is idle-stopped.
     waker: Option<wake::Waker>,
+    /// Password mode: the Secret holding the password, named on the prompt's page.
+    password_secret: Option<String>,
 }
 
 impl GateService {
@@ -153,7 +171,13 @@ impl GateService {
         activity: Arc<activity::Tracker>,
     ) -> Self {
         let proxy_cookie = crate::render::signin::cookie_name(&target.namespace, &target.instance);
-        GateService { gate, upstream, target, activity, proxy_cookie, agent, waker: None }
+        GateService { gate, upstream, target, activity, proxy_cookie, agent, waker: None, password_secret: None }
+    }
+
+    /// Password mode: the prompt's page names the Secret holding the password.
+    pub fn with_password_secret(mut self, secret: Option<String>) -> Self {
+        self.password_secret = secret;
+        self
     }
 
     /// An idle-stopped instance is started when an allowed user opens it.
@@ -186,7 +210,7 @@ impl GateService {
         }
         match self.gate.check(req.headers()).await {
             Verdict::Pass(subject) => {
-                tracing::debug!(user = subject.display_name(), "gate: allowed");
+                tracing::debug!(user = subject.as_ref().map_or("(password)", Subject::display_name), "gate: allowed");
                 self.activity.touch();
                 let mut req = req;
                 browser::strip_proxy_cookies(req.headers_mut(), &self.proxy_cookie);
@@ -204,6 +228,9 @@ impl GateService {
                 let user = subject.as_ref().map_or("", Subject::display_name);
                 tracing::debug!(user, ?refusal, "gate: refused");
                 let (namespace, instance) = (&self.target.namespace, &self.target.instance);
+                if refusal == Refusal::NoPassword {
+                    return pages::password_prompt(req.headers(), namespace, instance, self.password_secret.as_deref());
+                }
                 pages::refusal(req.headers(), refusal, subject.as_ref(), namespace, instance)
             }
         }
@@ -248,6 +275,8 @@ pub struct Settings {
     pub api_server: Option<String>,
     /// `None`: the server gets no password.
     pub password_file: Option<PathBuf>,
+    /// Password mode: the Secret holding the password (named on the prompt's page).
+    pub password_secret: Option<String>,
     /// Where the activity report is served (`None`: it is not).
     pub activity_listen: Option<SocketAddr>,
     /// The image's own activity report, joined into the gate's.
@@ -263,12 +292,15 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     if settings.cache_ttl > Duration::from_secs(MAX_CACHE_SECONDS) {
         return Err(format!("--cache-seconds must be at most {MAX_CACHE_SECONDS}"));
     }
+    let password = Password::new(settings.password_file.clone());
     // oidc asks the operator's relay; openshift asks the apiserver with the
-    // user's own token (the gate sends none of its own).
-    let (reviewer, server): (Arc<dyn Reviewer>, String) = match settings.mode {
+    // user's own token (the gate sends none of its own); password mode asks
+    // nobody.
+    let (gate, server) = match settings.mode {
         Mode::Oidc => {
             let url = settings.review_url.clone().ok_or("--review-url is required in oidc mode")?;
-            (Arc::new(review::RelayReviewer::new(&url, &settings.relay_credential_file)?), url)
+            let reviewer = Arc::new(review::RelayReviewer::new(&url, &settings.relay_credential_file)?);
+            (Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl), url)
         }
         Mode::Openshift => {
             let server = match &settings.api_server {
@@ -277,13 +309,20 @@ pub async fn run(settings: Settings) -> Result<(), String> {
             };
             let client =
                 review::kube_client(&ApiAccess { server: &server, ca_file: &settings.ca_file, token_file: None })?;
-            (Arc::new(KubeReviewer::new(client, settings.target.clone())), server)
+            let reviewer = Arc::new(KubeReviewer::new(client, settings.target.clone()));
+            (Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl), server)
+        }
+        Mode::Password => {
+            if settings.password_file.is_none() {
+                return Err("--password-file is required in password mode".into());
+            }
+            (Gate::password(password.clone()), "(none: password mode)".to_string())
         }
     };
-    let upstream = Upstream::new(&settings.upstream, Password::new(settings.password_file.clone()))?;
-    let gate = Gate::new(settings.mode, settings.prefixes.clone(), reviewer, settings.cache_ttl);
+    let upstream = Upstream::new(&settings.upstream, password)?;
     let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
-    let mut service = GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone());
+    let mut service = GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone())
+        .with_password_secret(settings.password_secret.clone());
     if let Some(url) = &settings.start_url {
         service = service.with_waker(wake::Waker::new(url, &settings.relay_credential_file)?);
     }

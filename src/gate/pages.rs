@@ -55,6 +55,37 @@ pub fn refusal(
     html(refusal.status(), &page(instance, namespace, &text, command, retry))
 }
 
+/// Password mode's refusal: 401 with a Basic challenge (the browser asks
+/// for the password), and behind it, for whoever cancels the prompt or is
+/// not a browser, where the password is and the command that shows it.
+pub fn password_prompt(headers: &HeaderMap, namespace: &str, instance: &str, secret: Option<&str>) -> Response<Body> {
+    let text = identity::message(Refusal::NoPassword, None, namespace, instance);
+    let command = secret.map(|secret| {
+        format!(
+            "kubectl get secret {} -n {} -o jsonpath='{{.data.TINYCODE_SERVER_PASSWORD}}' | base64 -d",
+            identity::shell_word(secret),
+            identity::shell_word(namespace)
+        )
+    });
+    let lead = "Someone allowed to read its Secrets in the namespace runs:";
+    let mut resp = if wants_html(headers) {
+        let command = command.as_deref().map(|c| (lead, c));
+        html(StatusCode::UNAUTHORIZED, &page(instance, namespace, &text, command, None))
+    } else {
+        let text = match &command {
+            Some(c) => format!("{text}{lead}\n{c}\n"),
+            None => text,
+        };
+        super::proxy::text(StatusCode::UNAUTHORIZED, text)
+    };
+    // The realm names the instance: a browser keeps one password per realm.
+    let realm = format!("tinycode {namespace}/{instance}").replace(['"', '\\'], "");
+    let challenge = HeaderValue::try_from(format!("Basic realm=\"{realm}\", charset=\"UTF-8\""))
+        .unwrap_or(HeaderValue::from_static("Basic realm=\"tinycode\""));
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+    resp
+}
+
 /// Seconds between a starting page's reloads.
 pub const STARTING_RETRY_SECONDS: u32 = 5;
 /// Seconds between a stopped page's reloads: it turns into the UI by itself

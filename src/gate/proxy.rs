@@ -5,7 +5,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -96,15 +96,37 @@ pub fn basic_auth(password: &[u8]) -> HeaderValue {
 
 /// The tinycode server's password, from a file that may be absent (no
 /// password: no Authorization header) and may change (a rotated Secret).
+/// Clones share what was read.
+#[derive(Clone)]
 pub struct Password {
     path: Option<PathBuf>,
     /// The header made from the file and when the file was read.
-    read: Mutex<Option<(Option<HeaderValue>, Instant)>>,
+    read: Arc<Mutex<Option<Read>>>,
 }
+
+/// A password file's header (None: no file) and when the file was read.
+type Read = (Option<HeaderValue>, Instant);
 
 impl Password {
     pub fn new(path: Option<PathBuf>) -> Self {
-        Password { path, read: Mutex::new(None) }
+        Password { path, read: Arc::new(Mutex::new(None)) }
+    }
+
+    /// Whether the caller's Basic credentials carry the server's password
+    /// (password mode: the gate asks for it in tinycode's place). Any user
+    /// name is accepted, as tinycode accepts any. No password file: nobody
+    /// passes. The two headers are compared as digests, so the time taken
+    /// says nothing of how much of a guess was right.
+    pub fn admits(&self, headers: &HeaderMap) -> bool {
+        use sha2::{Digest, Sha256};
+        let Some(expected) = self.header() else { return false };
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let (Some(value), None) = (values.next(), values.next()) else { return false };
+        let Some(encoded) = value.to_str().ok().and_then(|v| v.strip_prefix("Basic ")) else { return false };
+        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else { return false };
+        let Some(colon) = decoded.iter().position(|b| *b == b':') else { return false };
+        let presented = basic_auth(&decoded[colon + 1..]);
+        Sha256::digest(presented.as_bytes()) == Sha256::digest(expected.as_bytes())
     }
 
     /// The Authorization header for the server, the file read again when
@@ -328,6 +350,32 @@ pub(super) mod tests {
         let fresh = Password::new(Some(file.clone()));
         assert_eq!(fresh.header(), Some(basic_auth(b"pw\n")), "the bytes as they are");
         assert_eq!(Password::new(None).header(), None);
+    }
+
+    #[test]
+    fn only_one_basic_header_with_the_password_is_admitted() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("password");
+        let basic = |creds: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(creds));
+        let good = basic("me:s3:cret");
+        let password = Password::new(Some(file.clone()));
+        assert!(!password.admits(&headers(&[("authorization", &good)])), "no password file: nobody");
+        std::fs::write(&file, "s3:cret").unwrap();
+        let password = Password::new(Some(file));
+        assert!(password.admits(&headers(&[("authorization", &good)])), "the password after the first colon");
+        assert!(password.admits(&headers(&[("authorization", &basic(":s3:cret"))])), "an empty user name");
+        for refused in [
+            vec![],
+            vec![("authorization", basic("me:s3:cre"))],
+            vec![("authorization", basic("s3:cret"))],
+            vec![("authorization", basic("me:s3:cret\n"))],
+            vec![("authorization", good.replace("Basic", "Bearer"))],
+            vec![("authorization", "Basic !!".to_string())],
+            vec![("authorization", good.clone()), ("authorization", good.clone())],
+        ] {
+            let pairs: Vec<(&str, &str)> = refused.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            assert!(!password.admits(&headers(&pairs)), "{refused:?}");
+        }
     }
 
     #[test]

@@ -454,7 +454,7 @@ async fn the_gate_verdicts_follow_headers_and_decisions() {
     h.insert(identity::USER_HEADER, "alice".parse().unwrap());
     h.insert(identity::GROUPS_HEADER, "dev".parse().unwrap());
     let alice = Subject::User { name: "oidc:alice".into(), groups: vec!["oidc:dev".into()] };
-    assert_eq!(gate.check(&h).await, Verdict::Pass(alice));
+    assert_eq!(gate.check(&h).await, Verdict::Pass(Some(alice)));
     h.insert(identity::USER_HEADER, "bob".parse().unwrap());
     assert!(matches!(gate.check(&h).await, Verdict::Refuse(Refusal::Forbidden, Some(_))));
     assert_eq!(fake.calls(), 2);
@@ -497,4 +497,71 @@ async fn another_sites_writes_in_the_users_name_are_refused_before_any_review() 
     assert!(request(addr, "POST", "/session", &own).await.starts_with("HTTP/1.1 200"));
     assert!(request(addr, "DELETE", "/session/1", &[alice]).await.starts_with("HTTP/1.1 200"));
     assert_eq!(seen.count(), 2);
+}
+
+/// A password-mode front: the gate on the public port asks for the
+/// instance's password itself (a Basic challenge naming the instance, and a
+/// page saying where the password is); a wrong or missing one never reaches
+/// tinycode; the right one, under any user name, passes with the server's
+/// own credentials; and while tinycode does not answer, only someone with
+/// the password learns why.
+#[tokio::test]
+async fn a_password_front_asks_for_the_password_and_says_why_tinycode_is_down() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, seen) = stand_in(rx).await;
+    let (_held, nowhere) = nothing_listens();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("password");
+    std::fs::write(&file, "s3cret").unwrap();
+    let front = |to: SocketAddr, agent: AgentState| {
+        let password = Password::new(Some(file.clone()));
+        let upstream = Upstream::new(&format!("http://{to}"), password.clone()).unwrap();
+        let target = Target { namespace: "team-a".into(), instance: "ide".into() };
+        let tracker = Arc::new(activity::Tracker::new(None));
+        let service = GateService::new(Gate::password(password), upstream, target, agent, tracker.clone())
+            .with_password_secret(Some("ide-pw".into()));
+        (Arc::new(service), tracker)
+    };
+    let listen = |service: Arc<GateService>| async move {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, service));
+        addr
+    };
+    let basic = |user: &str, pw: &str| {
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}")))
+    };
+    use base64::Engine;
+
+    let (service, tracker) = front(upstream, AgentState::Runs);
+    let addr = listen(service).await;
+    let started = tracker.last();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let wrong = basic("tinycode", "guess");
+    for headers in [vec![("Accept", "text/html")], vec![("Accept", "text/html"), ("Authorization", wrong.as_str())]] {
+        let page = get(addr, "/", &headers).await;
+        assert!(page.starts_with("HTTP/1.1 401"), "{page}");
+        assert!(page.to_ascii_lowercase().contains("www-authenticate: basic realm=\"tinycode team-a/ide\""), "{page}");
+        assert!(page.contains("content-type: text/html"), "{page}");
+        assert!(page.contains("kubectl get secret ide-pw -n team-a"), "{page}");
+    }
+    let text = get(addr, "/", &[]).await;
+    assert!(text.starts_with("HTTP/1.1 401") && text.contains("text/plain"), "{text}");
+    assert_eq!(seen.count(), 0, "no request without the password reached tinycode");
+    assert_eq!(tracker.last(), started, "a refused request is nobody using the instance");
+
+    let right = basic("anyone", "s3cret");
+    let ok = get(addr, "/", &[("Authorization", right.as_str())]).await;
+    assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("hello from tinycode"), "{ok}");
+    let (_, headers) = seen.last();
+    assert_eq!(headers[header::AUTHORIZATION], basic("tinycode", "s3cret").as_str(), "the server's own credentials");
+    assert!(tracker.last() > started);
+
+    // Stopped: the password first, then the page.
+    let (service, _) = front(nowhere, AgentState::Stopped);
+    let addr = listen(service).await;
+    let page = get(addr, "/", &[("Accept", "text/html"), ("Authorization", right.as_str())]).await;
+    assert!(page.starts_with("HTTP/1.1 503") && page.contains("spec.stopped is true"), "{page}");
+    let refused = get(addr, "/", &[("Accept", "text/html"), ("Authorization", wrong.as_str())]).await;
+    assert!(refused.starts_with("HTTP/1.1 401") && !refused.contains("spec.stopped"), "{refused}");
 }

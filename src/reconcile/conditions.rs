@@ -105,8 +105,8 @@ pub struct Workload {
     /// The bundled Ollama, when the spec asks for one and the workloads run:
     /// whether it is rolled out (Ready: serving, every model pulled).
     pub ollama_ready: Option<bool>,
-    /// The sign-in front, in the sign-in modes while the workloads run:
-    /// whether it is rolled out.
+    /// The front, when the instance has one and the workloads run: whether
+    /// it is rolled out.
     pub front_ready: Option<bool>,
 }
 
@@ -144,7 +144,7 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
         }
         if front_waiting {
             let msg = format!(
-                "tinycode is up; waiting for its sign-in front (the sign-in proxy and the gate, which answer the URL); see `{cli} get pods -l app.kubernetes.io/component=front` for pods that do not start"
+                "tinycode is up; waiting for its front (the gate, with the sign-in proxy in the sign-in modes, which answers the URL); see `{cli} get pods -l app.kubernetes.io/component=front` for pods that do not start"
             );
             return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
         }

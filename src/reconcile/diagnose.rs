@@ -93,7 +93,7 @@ pub enum Component {
     Server,
     /// The bundled Ollama server (spec.ollama.enabled).
     Ollama,
-    /// The sign-in front: the proxy and the gate (auth.mode openshift, oidc).
+    /// The front: the gate, with the sign-in proxy in the sign-in modes.
     Front,
 }
 

@@ -265,8 +265,8 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         ctx.stores.deployments.get(&key)
     });
     let ollama = ollama.flatten();
-    // So is the sign-in front's (it answers the URL).
-    let front = (plan.values.auth.mode != crate::api::AuthMode::Password).then(|| {
+    // So is the front's (it answers the URL).
+    let front = plan.values.front.enabled.then(|| {
         let key =
             ObjectRef::new(&crate::api::naming::front(&inst.name_any())).within(&inst.namespace().unwrap_or_default());
         ctx.stores.deployments.get(&key)

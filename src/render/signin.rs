@@ -16,8 +16,9 @@ use sha2::Sha256;
 use crate::api::AuthMode;
 use crate::settings::{OidcSettings, SigninSettings, UsernameClaim};
 
-/// The proxy's port (named `signin`): what the Service, the Route or Ingress
-/// and the NetworkPolicy point at in the sign-in modes.
+/// The front's public port (named `front`): the proxy's in the sign-in
+/// modes, the gate's in password mode; what the Service, the Route or
+/// Ingress and the NetworkPolicy point at whenever there is a front.
 pub const PROXY_PORT: u16 = 4180;
 /// Where the gate listens: loopback, so only the proxy in the pod reaches it.
 pub const GATE_LISTEN: &str = "127.0.0.1:4181";
@@ -212,29 +213,43 @@ pub fn agent_url(namespace: &str, name: &str, port: u16) -> String {
     format!("http://{}.{namespace}.svc:{port}", crate::api::naming::agent_service(name))
 }
 
-/// The gate's arguments (`tinycode-operator gate`).
+/// The gate's arguments (`tinycode-operator gate`). In the sign-in modes it
+/// listens on loopback behind the proxy; in password mode it is the front's
+/// public port itself ([`PROXY_PORT`]) and checks the password
+/// (`password_secret` only names the Secret on its pages).
 pub fn gate_args(
     mode: AuthMode,
     namespace: &str,
     name: &str,
     agent: AgentState,
+    password_secret: &str,
     signin: &SigninSettings,
 ) -> Vec<String> {
     let arg = |k: &str, v: &str| format!("--{k}={v}");
+    let listen = match mode {
+        AuthMode::Password => format!("0.0.0.0:{PROXY_PORT}"),
+        AuthMode::Openshift | AuthMode::Oidc => GATE_LISTEN.to_string(),
+    };
     let mut args = vec![
         "gate".to_string(),
-        arg("listen", GATE_LISTEN),
+        arg("listen", &listen),
         arg("upstream", &agent_url(namespace, name, TINYCODE_PORT)),
         arg("agent", agent.as_str()),
         arg("mode", mode.as_str()),
         arg("namespace", namespace),
         arg("instance", name),
-        arg("cache-seconds", &signin.access_cache.as_secs().to_string()),
-        arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")),
+    ];
+    if mode.signs_in() {
+        args.push(arg("cache-seconds", &signin.access_cache.as_secs().to_string()));
+        args.push(arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")));
+    } else {
+        args.push(arg("password-secret", password_secret));
+    }
+    args.extend([
         arg("password-file", &format!("{GATE_MOUNT}/password")),
         arg("activity-listen", ACTIVITY_LISTEN),
         arg("activity-report", &format!("{}/activity", agent_url(namespace, name, IMAGE_ACTIVITY_PORT))),
-    ];
+    ]);
     if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
         args.push(arg("username-prefix", &oidc.username_prefix));
         args.push(arg("groups-prefix", &oidc.groups_prefix));
@@ -358,15 +373,31 @@ mod tests {
     #[test]
     fn the_gate_gets_the_clusters_prefixes_in_oidc_mode_only() {
         let signin = SigninSettings { oidc: Some(oidc()), ..Default::default() };
-        let args = gate_args(AuthMode::Oidc, "team1", "dev", AgentState::Runs, &signin);
+        let args = gate_args(AuthMode::Oidc, "team1", "dev", AgentState::Runs, "dev-tinycode-password", &signin);
         assert_eq!(args[0], "gate");
         assert!(args.contains(&"--upstream=http://dev-tinycode-agent.team1.svc:4096".to_string()));
         assert!(args.contains(&"--activity-report=http://dev-tinycode-agent.team1.svc:4098/activity".to_string()));
         assert!(args.contains(&"--username-prefix=oidc:".to_string()));
         assert!(args.contains(&"--cache-seconds=30".to_string()));
-        let args = gate_args(AuthMode::Openshift, "team1", "dev", AgentState::Idle, &signin);
+        let args = gate_args(AuthMode::Openshift, "team1", "dev", AgentState::Idle, "dev-tinycode-password", &signin);
         assert!(args.contains(&"--agent=idle".to_string()));
         assert!(!args.iter().any(|a| a.starts_with("--username-prefix")));
         assert!(args.contains(&"--mode=openshift".to_string()));
+        assert!(args.contains(&format!("--listen={GATE_LISTEN}")));
+    }
+
+    #[test]
+    fn a_password_front_is_the_gate_alone_on_the_public_port() {
+        let signin = SigninSettings { oidc: Some(oidc()), ..Default::default() };
+        let args = gate_args(AuthMode::Password, "team1", "dev", AgentState::Stopped, "mine", &signin);
+        assert!(args.contains(&"--listen=0.0.0.0:4180".to_string()), "{args:?}");
+        assert!(args.contains(&"--mode=password".to_string()));
+        assert!(args.contains(&"--agent=stopped".to_string()));
+        assert!(args.contains(&"--password-secret=mine".to_string()));
+        assert!(args.contains(&format!("--password-file={GATE_MOUNT}/password")));
+        // No review and no relay: nothing a password instance does not use.
+        for absent in ["--review-url", "--start-url", "--relay-credential-file", "--ca-file", "--cache-seconds"] {
+            assert!(!args.iter().any(|a| a.starts_with(absent)), "{absent} in {args:?}");
+        }
     }
 }

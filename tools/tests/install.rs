@@ -621,11 +621,13 @@ async fn run_basic_sample_with_the_manager_from_the_image(cluster: &Cluster, cli
     let name = basic["metadata"]["name"].as_str().unwrap().to_string();
     let instances: Api<TinycodeInstance> = Api::namespaced(client.clone(), ns);
     let deployment = tinycode_operator::api::naming::fullname(&name);
+    let front = tinycode_operator::api::naming::front(&name);
     let route = tinycode_operator::api::naming::route(&name);
 
     let mut phase = String::new();
     for _ in 0..1200 {
         let _ = devcluster::mark_deployment_available(client, ns, &deployment).await;
+        let _ = devcluster::mark_deployment_available(client, ns, &front).await;
         let _ = devcluster::admit_route(client, ns, &route, &format!("{name}-{ns}.apps.local.test")).await;
         let inst = instances.get(&name).await.unwrap();
         phase = inst.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();

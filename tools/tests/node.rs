@@ -756,8 +756,10 @@ fn network_policy_enforced() -> Result<(), Failed> {
             apply_instance(&client, ns, &basic_instance("my-tinycode")).await;
         }
         wait_running(&client, ns, "my-tinycode").await;
+        // The URL's Service leads to the front (its gate answers its own
+        // health without a password).
         let svc = ui_service(&client, ns, "my-tinycode").await;
-        let url = format!("http://{svc}.{ns}.svc.cluster.local:4096/global/health");
+        let url = format!("http://{svc}.{ns}.svc.cluster.local:4096/tinycode-gate/healthz");
         let inside = get_from_pod(node, &client, ns, &url, None, ALLOWED).await;
         assert!(inside.starts_with("status 200"), "from the instance's namespace: {inside}");
         let other = "node-other";
@@ -766,13 +768,24 @@ fn network_policy_enforced() -> Result<(), Failed> {
         }
         let outside = get_from_pod(node, &client, other, &url, None, REFUSED).await;
         assert!(outside.starts_with("unreachable"), "from another namespace: {outside}");
-        // The activity report is the operator's alone: not from another
-        // namespace either (by the pod's address; no Service names the port).
+        // tinycode itself is the front's alone: not even the instance's own
+        // namespace reaches it past the front (by the pod's address).
         let pod = server_pods(&client, ns, "my-tinycode").await.remove(0);
         let ip = pod.status.and_then(|s| s.pod_ip).expect("the pod's address");
-        let activity = format!("http://{ip}:4097/activity");
-        let outside = get_from_pod(node, &client, other, &activity, None, REFUSED).await;
-        assert!(outside.starts_with("unreachable"), "the activity port from another namespace: {outside}");
+        let direct = format!("http://{ip}:4096/global/health");
+        let bypass = get_from_pod(node, &client, ns, &direct, None, REFUSED).await;
+        assert!(bypass.starts_with("unreachable"), "tinycode past the front: {bypass}");
+        // The activity report is the operator's alone: the front's (4097) and
+        // the image's own behind it (4098), not from another namespace.
+        let fronts: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let lp =
+            ListParams::default().labels("app.kubernetes.io/instance=my-tinycode,app.kubernetes.io/component=front");
+        let front = fronts.list(&lp).await.unwrap().items.remove(0);
+        let front_ip = front.status.and_then(|s| s.pod_ip).expect("the front's address");
+        for activity in [format!("http://{front_ip}:4097/activity"), format!("http://{ip}:4098/activity")] {
+            let outside = get_from_pod(node, &client, other, &activity, None, REFUSED).await;
+            assert!(outside.starts_with("unreachable"), "{activity} from another namespace: {outside}");
+        }
 
         // Egress: the metadata stand-in answers a pod that no policy holds,
         // and not the instance (its policy excludes link-local addresses).
@@ -865,6 +878,94 @@ fn browser(node: &Node, scenario: &str, name: &str, args: &[String], in_node: bo
     report["steps"].as_array().cloned().unwrap_or_default()
 }
 
+/// Stops `name` (its agent pod `pod` first leaves a hold file, so the next
+/// one waits before it listens), opens its URL in the browser (`base` says
+/// how: sign-in or password) for the stopped page, starts it again and opens
+/// it while held: the browser reports the starting page, the test releases
+/// the hold once it saw it, and the same page turns into the UI by itself.
+/// Returns the stopped, starting and started steps and the new agent pod.
+#[allow(clippy::too_many_arguments)]
+async fn stop_and_start_through_the_front(
+    node: &'static Node,
+    client: &Client,
+    ns: &str,
+    name: &str,
+    pod: &str,
+    screenshots: &str,
+    base: &[String],
+    in_node: bool,
+) -> (Value, Value, Value, String) {
+    let hold = "/projects/.standin-hold";
+    node.standin_ok(ns, pod, &["put-file", hold, "held by the node test"]);
+    let stop = |stopped: bool| {
+        let patch = json!({"spec": {"stopped": stopped}}).to_string();
+        node.kubectl_ok(&["patch", "tinycodeinstance", name, "-n", ns, "--type", "merge", "-p", &patch]);
+    };
+    stop(true);
+    wait_for(&format!("{name}'s agent pod gone"), WAIT, || {
+        let client = client.clone();
+        async move { server_pods(&client, ns, name).await.is_empty().then_some(()) }
+    })
+    .await;
+    wait_front(client, ns, name, "stopped").await;
+    let mut stopped_args = base.to_vec();
+    stopped_args.extend(["--step".to_string(), "stopped".to_string()]);
+    let steps = browser(node, "page", screenshots, &stopped_args, in_node);
+    let stopped = step(&steps, "stopped").clone();
+
+    stop(false);
+    wait_front(client, ns, name, "runs").await;
+    let agent = wait_for(&format!("{name}'s new agent pod running"), WAIT, || {
+        let client = client.clone();
+        async move {
+            let pods = server_pods(&client, ns, name).await;
+            let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            pods.into_iter().find(running)
+        }
+    })
+    .await;
+    let agent = agent.metadata.name.clone().unwrap();
+    let mark = root().join(format!("target/e2e-screenshots/{screenshots}-starting.mark"));
+    let _ = std::fs::remove_file(&mark);
+    let release = {
+        let (mark, agent, node_ns) = (mark.clone(), agent.clone(), ns.to_string());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(180);
+            while !mark.exists() {
+                assert!(Instant::now() < deadline, "the browser never saw its first page");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            node.standin_ok(&node_ns, &agent, &["rm", hold]);
+        })
+    };
+    let mut starting_args = base.to_vec();
+    starting_args.extend(["--mark".to_string(), mark.display().to_string(), "--until".into(), "#secret".into()]);
+    let steps = browser(node, "starting", screenshots, &starting_args, in_node);
+    release.join().expect("the hold released");
+    (stopped, step(&steps, "starting").clone(), step(&steps, "started").clone(), agent)
+}
+
+/// A stopped instance's page: 503, the instance named, why, and the command
+/// that starts it.
+fn assert_stopped_page(stopped: &Value, ns: &str, name: &str) {
+    assert_eq!(stopped["status"], 503, "{stopped}");
+    assert_eq!(stopped["elements"]["#instance"], name, "{stopped}");
+    assert!(stopped["elements"]["#message"].as_str().unwrap_or_default().contains("spec.stopped is true"), "{stopped}");
+    let start =
+        format!(r#"kubectl patch tinycodeinstance {name} -n {ns} --type merge -p '{{"spec":{{"stopped":false}}}}'"#);
+    assert_eq!(stopped["elements"]["#command"], start.as_str(), "{stopped}");
+}
+
+/// A starting page (503, reloading itself) that turned into the UI of `agent`.
+fn assert_starting_then_ui(first: &Value, started: &Value, agent: &str) {
+    assert_eq!(first["status"], 503, "{first}");
+    assert!(first["elements"]["#message"].as_str().unwrap_or_default().contains("is starting"), "{first}");
+    assert!(first["elements"]["#retry"].is_string(), "the page reloads itself: {first}");
+    assert_eq!(started["status"], 200, "{started}");
+    assert_eq!(started["title"], "tinycode stand-in", "{started}");
+    assert_eq!(started["elements"]["#pod"], agent, "the new agent pod answered: {started}");
+}
+
 /// The step's hops, after asserting its first answer sent the browser to the
 /// provider's authorization endpoint with `host`'s own callback.
 fn sent_to_provider(node: &Node, step: &Value, host: &str) -> Vec<Value> {
@@ -926,7 +1027,9 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         let steps = browser(node, "password", "password-mode", &args, false);
         let prompt = step(&steps, "prompt");
         assert_eq!(prompt["status"], 401, "{prompt}");
-        assert!(prompt["authenticate"].as_str().unwrap_or_default().starts_with("Basic "), "{prompt}");
+        // The front's gate asks, for this instance.
+        let realm = format!("Basic realm=\"tinycode {ns}/web\"");
+        assert!(prompt["authenticate"].as_str().unwrap_or_default().starts_with(&realm), "{prompt}");
         let wrong = step(&steps, "wrong-password");
         assert_eq!(wrong["status"], 401, "{wrong}");
         assert_ne!(wrong["title"], "tinycode stand-in", "{wrong}");
@@ -937,6 +1040,14 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         assert_eq!(signed_in["title"], "tinycode stand-in", "{signed_in}");
         assert_eq!(signed_in["elements"]["#pod"], pod.as_str(), "{signed_in}");
         assert_eq!(signed_in["elements"]["#secret"], secret, "the page came from the pod's process: {signed_in}");
+
+        // Stopped, the password front stays: with the password, the page says
+        // so and how to start it; started again, the starting page turns into
+        // the UI by itself.
+        let (stopped, first, started, agent) =
+            stop_and_start_through_the_front(node, &client, ns, "web", &pod, "password-mode", &args, false).await;
+        assert_stopped_page(&stopped, ns, "web");
+        assert_starting_then_ui(&first, &started, &agent);
 
         let ingress: k8s_openapi::api::networking::v1::Ingress =
             Api::namespaced(client.clone(), ns).get("web-tinycode").await.expect("the instance's Ingress");
@@ -1225,7 +1336,8 @@ fn idle_stop_from_real_activity() -> Result<(), Failed> {
         .await;
         let status = api.get("idler").await.unwrap().data["status"].clone();
         assert_eq!(status["phase"], "Stopped", "{status}");
-        assert_eq!(status["idle"]["judgedBy"], "activity report", "{status}");
+        // The front's gate joins the image's report to the requests it let through.
+        assert_eq!(status["idle"]["judgedBy"], "requests and activity report", "{status}");
     });
     Ok(())
 }
@@ -1560,73 +1672,13 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         assert!(failed["elements"]["#next"].as_str().unwrap_or_default().contains("cluster-admin"), "{failed}");
 
         // Stopped, the front stays and says so to alice: how to start it.
-        let hold = "/projects/.standin-hold";
-        node.standin_ok(ns, &pod, &["put-file", hold, "held by the node test"]);
-        let stop = |stopped: bool| {
-            let patch = json!({"spec": {"stopped": stopped}}).to_string();
-            node.kubectl_ok(&["patch", "tinycodeinstance", "dev", "-n", ns, "--type", "merge", "-p", &patch]);
-        };
-        stop(true);
-        wait_for("dev's agent pod gone", WAIT, || {
-            let client = client.clone();
-            async move { server_pods(&client, ns, "dev").await.is_empty().then_some(()) }
-        })
-        .await;
-        wait_front(&client, ns, "dev", "stopped").await;
-        let mut stopped_args = pages.clone();
-        stopped_args.extend(["--step".to_string(), "stopped".to_string()]);
-        let steps = browser(node, "page", "oidc-mode", &stopped_args, true);
-        let stopped = step(&steps, "stopped");
-        assert_eq!(stopped["status"], 503, "{stopped}");
-        assert_eq!(stopped["elements"]["#instance"], "dev", "{stopped}");
-        assert!(
-            stopped["elements"]["#message"].as_str().unwrap_or_default().contains("spec.stopped is true"),
-            "{stopped}"
-        );
-        let start =
-            format!(r#"kubectl patch tinycodeinstance dev -n {ns} --type merge -p '{{"spec":{{"stopped":false}}}}'"#);
-        assert_eq!(stopped["elements"]["#command"], start.as_str(), "{stopped}");
-
         // Started again, and held before tinycode listens: alice's page says
         // it is starting and reloads itself until tinycode answers, on the
         // same data (its pod found the hold file where the last one left it).
-        stop(false);
-        wait_front(&client, ns, "dev", "runs").await;
-        let agent = wait_for("dev's new agent pod running", WAIT, || {
-            let client = client.clone();
-            async move {
-                let pods = server_pods(&client, ns, "dev").await;
-                let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                pods.into_iter().find(running)
-            }
-        })
-        .await;
-        let agent = agent.metadata.name.clone().unwrap();
-        let mark = root().join("target/e2e-screenshots/oidc-mode-starting.mark");
-        let _ = std::fs::remove_file(&mark);
-        let release = {
-            let (mark, agent, node_ns) = (mark.clone(), agent.clone(), ns.to_string());
-            std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(180);
-                while !mark.exists() {
-                    assert!(Instant::now() < deadline, "the browser never saw its first page");
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                node.standin_ok(&node_ns, &agent, &["rm", hold]);
-            })
-        };
-        let mut starting_args = pages.clone();
-        starting_args.extend(["--mark".to_string(), mark.display().to_string(), "--until".into(), "#secret".into()]);
-        let steps = browser(node, "starting", "oidc-mode", &starting_args, true);
-        release.join().expect("the hold released");
-        let first = step(&steps, "starting");
-        assert_eq!(first["status"], 503, "{first}");
-        assert!(first["elements"]["#message"].as_str().unwrap_or_default().contains("is starting"), "{first}");
-        assert!(first["elements"]["#retry"].is_string(), "the page reloads itself: {first}");
-        let started = step(&steps, "started");
-        assert_eq!(started["status"], 200, "{started}");
-        assert_eq!(started["title"], "tinycode stand-in", "{started}");
-        assert_eq!(started["elements"]["#pod"], agent.as_str(), "the new agent pod answered: {started}");
+        let (stopped, first, started, agent) =
+            stop_and_start_through_the_front(node, &client, ns, "dev", &pod, "oidc-mode", &pages, true).await;
+        assert_stopped_page(&stopped, ns, "dev");
+        assert_starting_then_ui(&first, &started, &agent);
 
         // Stopped for idleness (checks every 2 s, a 15 s timeout), the
         // instance is started by the first allowed user who opens it, on the

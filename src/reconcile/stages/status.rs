@@ -20,7 +20,7 @@ pub struct Deployments<'a> {
     pub server: Option<&'a Deployment>,
     /// The bundled Ollama's.
     pub ollama: Option<&'a Deployment>,
-    /// The sign-in front's.
+    /// The front's.
     pub front: Option<&'a Deployment>,
 }
 
@@ -77,11 +77,11 @@ fn waits_for_ollama(plan: &Plan) -> bool {
     plan.values.ollama.enabled && !plan.values.stopped
 }
 
-/// Whether the instance's readiness includes its sign-in front's: the
-/// sign-in modes, while the workloads run (stopped, the front's page is a
-/// courtesy, not what the instance waits for).
+/// Whether the instance's readiness includes its front's: it has one (it
+/// answers the URL), while the workloads run (stopped, the front's page is
+/// a courtesy, not what the instance waits for).
 fn waits_for_front(plan: &Plan) -> bool {
-    plan.values.auth.mode != crate::api::AuthMode::Password && !plan.values.stopped
+    plan.values.front.enabled && !plan.values.stopped
 }
 
 /// A Deployment whose status reflects its spec, with `desired` replicas
@@ -252,12 +252,15 @@ mod tests {
     use crate::reconcile::reason::Blocked;
     use crate::reconcile::stages::plan::tests::{instance, observed, plan_for};
 
+    /// Every instance has a front by default (password mode too): Ready here.
+    static FRONT: std::sync::LazyLock<Deployment> = std::sync::LazyLock::new(|| deployment(1, true));
+
     fn server(d: Option<&Deployment>) -> Deployments<'_> {
-        Deployments { server: d, ..Default::default() }
+        Deployments { server: d, ollama: None, front: Some(&FRONT) }
     }
 
     fn with_ollama<'a>(server: &'a Deployment, ollama: Option<&'a Deployment>) -> Deployments<'a> {
-        Deployments { server: Some(server), ollama, front: None }
+        Deployments { server: Some(server), ollama, front: Some(&FRONT) }
     }
 
     fn deployment(available: i32, current: bool) -> Deployment {
@@ -363,12 +366,15 @@ mod tests {
             assert_eq!(waiting_on(&plan, deployments), waiting, "{case}");
             if phase == Phase::Deploying {
                 let ready = st.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap();
-                assert!(ready.message.contains("sign-in front"), "{case}: {}", ready.message);
+                assert!(ready.message.contains("waiting for its front"), "{case}: {}", ready.message);
             }
         }
-        // Password mode has no front; a stopped sign-in instance waits for nothing.
+        // Password mode has a front too (the gate asking for the password);
+        // a stopped sign-in instance waits for nothing.
         let password = plan_for(&instance(serde_json::json!({})), &observed());
         assert_eq!(waiting_on(&password, server(Some(&up))), None);
+        let no_front = Deployments { server: Some(&up), ..Default::default() };
+        assert_eq!(waiting_on(&password, no_front), Some(Component::Front));
         let stopped = plan_for(&instance(serde_json::json!({"auth": {"mode": "openshift"}, "stopped": true})), &signed);
         assert_eq!(waiting_on(&stopped, Deployments::default()), None);
     }

@@ -47,7 +47,7 @@ pub struct Values {
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
     /// spec.stopped, or stopped for idleness: tinycode and a bundled Ollama
-    /// run zero replicas (a sign-in front stays up and says so); nothing else changes.
+    /// run zero replicas (the front stays up and says so); nothing else changes.
     pub stopped: bool,
     /// The Deployments' progressDeadlineSeconds (`--progress-deadline-seconds`).
     #[schemars(range(min = 10, max = 86400))]
@@ -58,6 +58,7 @@ pub struct Values {
     pub tls_termination: TlsTermination,
     pub ollama: OllamaValues,
     pub auth: AuthValues,
+    pub front: FrontValues,
     pub shell: ShellValues,
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
@@ -141,6 +142,7 @@ pub fn build(
         tls_termination: spec.tls_termination,
         ollama: OllamaValues::of(&spec.ollama, settings, approved.class.ollama_runtime_class_name.as_deref()),
         auth: AuthValues::of(inst, &spec.auth, settings, approved.oidc_endpoints.as_ref(), agent_state(spec, approved)),
+        front: FrontValues::of(spec.auth.mode, spec.stopped || approved.idle_stopped, settings),
         shell: ShellValues::of(&spec.shell),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         tolerations: spec.tolerations.clone().unwrap_or_default(),
@@ -157,7 +159,7 @@ pub fn build(
     values
 }
 
-/// What the sign-in front says while tinycode does not answer: the user's
+/// What the front says while tinycode does not answer: the user's
 /// own stop comes first (starting it again after idleness would not start it).
 fn agent_state(spec: &TinycodeInstanceSpec, approved: &Approved) -> crate::render::signin::AgentState {
     use crate::render::signin::AgentState;

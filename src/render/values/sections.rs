@@ -124,7 +124,7 @@ pub struct NameValues {
     /// `<name>-tinycode-signin`: the sign-in proxy's Secret (cookie secret, relay credential).
     #[schemars(length(min = 1, max = 63))]
     pub signin_secret: String,
-    /// `<name>-tinycode-front`: the sign-in front's Deployment and NetworkPolicy.
+    /// `<name>-tinycode-front`: the front's Deployment and NetworkPolicy.
     #[schemars(length(min = 1, max = 63))]
     pub front: String,
     /// `<name>-tinycode-agent`: the Service the front reaches tinycode by.
@@ -318,7 +318,8 @@ pub struct AuthValues {
     pub mode: AuthMode,
     /// The sign-in proxy (empty in password mode).
     pub proxy: ContainerValues,
-    /// The authorization gate (empty in password mode).
+    /// The gate: the authorization gate in the sign-in modes, the password
+    /// check in password mode (empty there when the front is off).
     pub gate: ContainerValues,
 }
 
@@ -343,11 +344,14 @@ impl AuthValues {
         agent: signin::AgentState,
     ) -> Self {
         let (ns, name) = (inst.namespace, inst.name);
+        let password_secret =
+            auth.password_secret.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| naming::generated_password(name));
         let gate = |mode| ContainerValues {
             image: settings.signin.gate_image.clone(),
-            args: signin::gate_args(mode, ns, name, agent, &settings.signin),
+            args: signin::gate_args(mode, ns, name, agent, &password_secret, &settings.signin),
         };
         let (proxy, gate) = match (auth.mode, settings.signin.oidc.as_ref(), endpoints) {
+            (AuthMode::Password, ..) if settings.signin.front => (ContainerValues::default(), gate(AuthMode::Password)),
             (AuthMode::Password, ..) => (ContainerValues::default(), ContainerValues::default()),
             (AuthMode::Openshift, ..) => (
                 ContainerValues {
@@ -366,16 +370,7 @@ impl AuthValues {
             // Refused by validation; never an open instance either way.
             (AuthMode::Oidc, ..) => (ContainerValues::default(), ContainerValues::default()),
         };
-        AuthValues {
-            password_secret: auth
-                .password_secret
-                .clone()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| naming::generated_password(name)),
-            mode: auth.mode,
-            proxy,
-            gate,
-        }
+        AuthValues { password_secret, mode: auth.mode, proxy, gate }
     }
 }
 
@@ -503,5 +498,26 @@ impl ConfigValues {
         let json = config_json.unwrap_or_default();
         let checksum = if json.is_empty() { String::new() } else { sha256_hex(json.as_bytes()) };
         ConfigValues { json, checksum }
+    }
+}
+
+/// The front: a Deployment of its own that answers the instance's URL and
+/// stays up while tinycode is stopped, so the URL says why it does not
+/// answer. The sign-in modes always have one (the proxy and the gate);
+/// password mode has one (the gate, checking the password) unless the
+/// cluster-admin turned fronts off.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FrontValues {
+    pub enabled: bool,
+    /// 1, or 0 while tinycode is stopped with fronts turned off.
+    #[schemars(range(min = 0, max = 1))]
+    pub replicas: i32,
+}
+
+impl FrontValues {
+    pub(super) fn of(mode: AuthMode, stopped: bool, settings: &Settings) -> Self {
+        let on = settings.signin.front;
+        FrontValues { enabled: mode.signs_in() || on, replicas: if stopped && !on { 0 } else { 1 } }
     }
 }

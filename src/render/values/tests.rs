@@ -163,7 +163,7 @@ fn hash_changes_with_values_and_ignores_itself() {
 }
 
 /// The front's gate is told why tinycode is down: the user's own stop first,
-/// then idleness; password mode has no front (no gate arguments at all).
+/// then idleness; password mode has a front of the same kind.
 #[test]
 fn the_front_is_told_whether_the_agent_runs() {
     let gate_agent = |spec: serde_json::Value, idle: bool| {
@@ -178,5 +178,28 @@ fn the_front_is_told_whether_the_agent_runs() {
     assert_eq!(gate_agent(openshift, true).as_deref(), Some("idle"));
     assert_eq!(gate_agent(stopped.clone(), false).as_deref(), Some("stopped"));
     assert_eq!(gate_agent(stopped, true).as_deref(), Some("stopped"), "the user's own stop says so");
-    assert_eq!(gate_agent(serde_json::json!({}), false), None);
+    assert_eq!(gate_agent(serde_json::json!({}), true).as_deref(), Some("idle"));
+}
+
+/// The cluster-admin's switch: with fronts off, a password instance has
+/// none (tinycode answers its URL itself) and a sign-in front goes to zero
+/// with the agent; on (the default), every front stays up while stopped.
+#[test]
+fn fronts_turned_off_leave_stopped_instances_dark() {
+    let front = |spec: serde_json::Value, on: bool| {
+        let mut settings = Settings::default();
+        settings.signin.front = on;
+        let v = build(&INST, &serde_json::from_value(spec).unwrap(), &settings, &Approved::default(), None);
+        (v.front.enabled, v.front.replicas, v.auth.gate.args.is_empty())
+    };
+    let openshift = serde_json::json!({"auth": {"mode": "openshift"}});
+    let openshift_stopped = serde_json::json!({"auth": {"mode": "openshift"}, "stopped": true});
+    let stopped = serde_json::json!({"stopped": true});
+    assert_eq!(front(serde_json::json!({}), true), (true, 1, false));
+    assert_eq!(front(stopped.clone(), true), (true, 1, false));
+    assert_eq!(front(openshift_stopped.clone(), true), (true, 1, false));
+    assert_eq!(front(serde_json::json!({}), false), (false, 1, true));
+    assert_eq!(front(stopped, false), (false, 0, true));
+    assert_eq!(front(openshift, false), (true, 1, false));
+    assert_eq!(front(openshift_stopped, false), (true, 0, false));
 }

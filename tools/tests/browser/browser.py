@@ -12,10 +12,11 @@ screenshot under --screenshots (kept as files, never compared).
         --issuer URL --map IP --cert PEM --screenshots DIR --name NAME
     python browser.py starting --url URL --queue URL --allowed EMAIL --issuer URL \
         --map IP --mark FILE --until SELECTOR --cert PEM --screenshots DIR --name NAME
+    python browser.py page|starting --password-file FILE --url URL ... (password mode)
 
-`page` signs in and reports the page it lands on as step STEP (a stopped
-instance's, a failed sign-in's). `starting`
-signs in, reports the first page (a starting instance's), writes --mark (so
+`page` signs in (or, with --password-file, gives the password) and reports
+the page it lands on as step STEP (a stopped instance's, a failed sign-in's).
+`starting` does the same, reports the first page (a starting instance's), writes --mark (so
 the test can let the instance start), then waits on the same page, which
 reloads itself, until --until is on it, and reports that page too.
 
@@ -155,11 +156,22 @@ def oidc(args):
 PAGE_ELEMENTS = ["#instance", "#namespace", "#command", "#message", "#retry", "#next"]
 
 
+def entered(browser, args):
+    """A fresh context that gets in: with --password-file, the instance's
+    password (the browser answers the prompt); otherwise --allowed is the
+    next user the provider signs in."""
+    if args.password_file:
+        with open(args.password_file) as f:
+            secret = f.read().strip()
+        return browser.new_context(http_credentials={"username": "tinycode", "password": secret})
+    queue(args, args.allowed)
+    return browser.new_context()
+
+
 def signed_in_page(args):
     with sync_playwright() as p:
         browser = launch(p, args)
-        queue(args, args.allowed)
-        context = browser.new_context()
+        context = entered(browser, args)
         step = open_in(context, args, args.step, args.url, PAGE_ELEMENTS)
         context.close()
         browser.close()
@@ -183,8 +195,7 @@ def report(args, page, step, answers, read):
 def starting(args):
     with sync_playwright() as p:
         browser = launch(p, args)
-        queue(args, args.allowed)
-        context = browser.new_context()
+        context = entered(browser, args)
         page = context.new_page()
         answers = []
         page.on("response", lambda r: answers.append(r) if r.request.is_navigation_request() else None)

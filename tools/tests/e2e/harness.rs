@@ -629,18 +629,22 @@ pub async fn admit_route(client: &Client, ns: &str, route: &str, host: &str) -> 
     devcluster::admit_route(client, ns, route, host).await.map_err(|e| format!("admit route: {e}"))
 }
 
+/// Plays the kubelet for an instance's tinycode and its front (every
+/// instance has one: the operator runs with --front=true).
+pub async fn mark_workloads(c: &Client, ns: &str, name: &str) -> TestResult {
+    use tinycode_operator::api::naming;
+    mark_available(c, ns, &naming::fullname(name)).await?;
+    mark_available(c, ns, &naming::front(name)).await
+}
+
 /// Plays the kubelet and the router for an instance, then waits for Running.
 pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
     use tinycode_operator::api::naming;
-    mark_available(c, ns, &naming::fullname(name)).await?;
+    mark_workloads(c, ns, name).await?;
     // A bundled Ollama's readiness is the instance's too.
     let inst = Api::<TinycodeInstance>::namespaced(c.clone(), ns).get(name).await.ctx("get the instance")?;
     if inst.spec.ollama.enabled {
         mark_available(c, ns, &naming::ollama(name)).await?;
-    }
-    // So is a sign-in front's.
-    if inst.spec.auth.mode != tinycode_operator::api::AuthMode::Password {
-        mark_available(c, ns, &naming::front(name)).await?;
     }
     admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
     wait_phase(c, ns, name, "Running").await

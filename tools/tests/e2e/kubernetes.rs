@@ -74,7 +74,7 @@ pub async fn k8s_basic_instance_gets_an_ingress(env: &mut Env) -> TestResult {
     let inst = deploy(env, &c, &ns, "dev", json!({"hostname": host})).await?;
     let uid = inst.metadata.uid.clone().unwrap_or_default();
     publish(&c, &ns, &naming::route("dev")).await?;
-    mark_available(&c, &ns, &naming::fullname("dev")).await?;
+    mark_workloads(&c, &ns, "dev").await?;
     let inst = wait_phase(&c, &ns, "dev", "Running").await?;
     ensure_eq(inst.status.as_ref().and_then(|s| s.url.clone()), Some(format!("http://{host}")), "status.url")?;
     ensure_eq(condition(&inst, "IngressReady").map(|c| c.0), Some("True".into()), "IngressReady")?;
@@ -87,7 +87,7 @@ pub async fn k8s_basic_instance_gets_an_ingress(env: &mut Env) -> TestResult {
         Api::<RoleBinding>::namespaced(c.clone(), &ns).get_opt(&grant).await.ctx("get")?.is_none(),
         "an SCC grant on a cluster without SCCs",
     )?;
-    let np = Api::<NetworkPolicy>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("np")?;
+    let np = Api::<NetworkPolicy>::namespaced(c.clone(), &ns).get(&naming::front("dev")).await.ctx("np")?;
     let from = serde_json::to_value(&np.spec.and_then(|s| s.ingress).unwrap_or_default()[0].from).unwrap();
     ensure_eq(
         from,
@@ -125,7 +125,7 @@ pub async fn k8s_ingress_class_tls_and_route_only_fields(env: &mut Env) -> TestR
         let spec = json!({"hostname": host, "ingress": {"tlsSecretName": "dev-tls"}, "tlsTermination": "passthrough"});
         deploy(env, &c, &ns, "dev", spec).await?;
         publish(&c, &ns, &naming::route("dev")).await?;
-        mark_available(&c, &ns, &naming::fullname("dev")).await?;
+        mark_workloads(&c, &ns, "dev").await?;
         let inst = wait_phase(&c, &ns, "dev", "Running").await?;
         ensure_eq(inst.status.as_ref().and_then(|s| s.url.clone()), Some(format!("https://{host}")), "status.url")?;
         let (_, _, message) = ready(&inst);
@@ -136,7 +136,7 @@ pub async fn k8s_ingress_class_tls_and_route_only_fields(env: &mut Env) -> TestR
         ensure_eq(spec.tls.unwrap_or_default()[0].secret_name.as_deref(), Some("dev-tls"), "TLS Secret")?;
 
         deploy(env, &c, &ns, "nohost", json!({})).await?;
-        mark_available(&c, &ns, &naming::fullname("nohost")).await?;
+        mark_workloads(&c, &ns, "nohost").await?;
         let inst = wait_phase(&c, &ns, "nohost", "Running").await?;
         let (status, reason, message) = condition(&inst, "IngressReady").ok_or("no IngressReady")?;
         ensure_eq((status.as_str(), reason.as_str()), ("False", "NoHostname"), "IngressReady")?;
@@ -209,7 +209,7 @@ pub async fn k8s_a_tenant_cannot_take_another_instances_host(env: &mut Env) -> T
     let host = format!("ide-{}.example.test", env.run_id);
     deploy(env, &alice.client, &alice.ns, "dev", json!({"hostname": host})).await?;
     publish(&admin, &alice.ns, &naming::route("dev")).await?;
-    mark_available(&admin, &alice.ns, &naming::fullname("dev")).await?;
+    mark_workloads(&admin, &alice.ns, "dev").await?;
     let inst = wait_phase(&admin, &alice.ns, "dev", "Running").await?;
     let url = Some(format!("http://{host}"));
     ensure_eq(inst.status.as_ref().and_then(|s| s.url.clone()), url.clone(), "alice's URL")?;

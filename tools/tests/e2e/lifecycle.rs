@@ -177,7 +177,7 @@ echo \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
         Api::<Deployment>::namespaced(c.clone(), &ns).get_opt("dev-ollama").await.ctx("get")
     })
     .await?;
-    mark_available(&c, &ns, "dev-tinycode").await?;
+    mark_workloads(&c, &ns, "dev").await?;
     mark_available(&c, &ns, "dev-ollama").await?;
     let inst = wait_phase(&c, &ns, "dev", "Running").await?;
     ensure_eq(condition(&inst, "Stalled").map(|s| s.0), Some("False".into()), "Stalled after recovery")?;

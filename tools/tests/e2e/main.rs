@@ -433,9 +433,10 @@ async fn basic_instance_converges(env: &mut Env) -> TestResult {
         "discovery Role cannot list services",
     )?;
     Api::<RoleBinding>::namespaced(c.clone(), &ns).get("dev-tinycode-discovery").await.ctx("discovery rolebinding")?;
-    let np = Api::<NetworkPolicy>::namespaced(c.clone(), &ns).get("dev-tinycode").await.ctx("networkpolicy")?;
-    // Each rule as (port, who may reach it): the UI for the router and the
-    // namespace, the activity report (idle stop) for the operator alone.
+    // The front's policy, as rules (port, who may reach it): the URL's port
+    // for the router and the namespace, the activity report (idle stop) for
+    // the operator alone; tinycode's own admits the front alone.
+    let np = Api::<NetworkPolicy>::namespaced(c.clone(), &ns).get(&naming::front("dev")).await.ctx("networkpolicy")?;
     let rules: Vec<(String, Vec<String>)> = np
         .spec
         .and_then(|s| s.ingress)
@@ -456,7 +457,7 @@ async fn basic_instance_converges(env: &mut Env) -> TestResult {
         .collect();
     ensure_eq(
         rules.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
-        vec!["Int(4096)", "Int(4097)"],
+        vec!["Int(4180)", "Int(4097)"],
         "NetworkPolicy ingress ports",
     )?;
     ensure_eq(
@@ -484,7 +485,7 @@ async fn basic_instance_converges(env: &mut Env) -> TestResult {
         "grant subject",
     )?;
 
-    mark_available(&c, &ns, "dev-tinycode").await?;
+    mark_workloads(&c, &ns, "dev").await?;
     let host = format!("dev-tinycode-{ns}.apps.e2e.local");
     admit_route(&c, &ns, "dev-tinycode", &host).await?;
     let inst = wait_for("Running with a URL", WAIT, || async {
@@ -1114,7 +1115,7 @@ async fn vllm_providers_are_probed_and_misbehaving_ones_only_warn(env: &mut Env)
     )?;
     ensure_eq(&cfg["model"], &json!("big"), "model")?;
 
-    mark_available(&c, &ns, "dev-tinycode").await?;
+    mark_workloads(&c, &ns, "dev").await?;
     admit_route(&c, &ns, "dev-tinycode", "vllm.apps.e2e.local").await?;
     let inst = wait_phase(&c, &ns, "dev", "Running").await?;
     let cond = |t: &str| inst.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == t).cloned());
@@ -1300,7 +1301,7 @@ async fn every_sample_reaches_running(env: &mut Env) -> TestResult {
             Ok(env.release(&release)?.filter(|r| r.1 == "deployed"))
         })
         .await?;
-        mark_available(&c, &ns, &format!("{name}-tinycode")).await?;
+        mark_workloads(&c, &ns, name).await?;
         // A bundled Ollama's readiness is the instance's too.
         let inst = Api::<TinycodeInstance>::namespaced(c.clone(), &ns).get(name).await.ctx("get the sample")?;
         if inst.spec.ollama.enabled {

@@ -360,7 +360,7 @@ async fn signed_in(
     // The Service reaches the proxy only.
     let svc = Api::<Service>::namespaced(admin.clone(), &ns).get(&naming::fullname("dev")).await.ctx("service")?;
     let target = svc.spec.and_then(|s| s.ports).and_then(|p| p.first().and_then(|p| p.target_port.clone()));
-    ensure_eq(format!("{target:?}"), "Some(String(\"signin\"))".to_string(), "Service targetPort")?;
+    ensure_eq(format!("{target:?}"), "Some(String(\"front\"))".to_string(), "Service targetPort")?;
 
     // Mount what the kubelet would: the sign-in Secret for the proxy; the
     // relay credential, the CA and the password for the gate.

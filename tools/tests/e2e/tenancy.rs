@@ -433,11 +433,20 @@ pub async fn tenant_instances_are_closed_by_default(env: &mut Env) -> TestResult
         }),
         format!("IPv6 link-local or metadata not closed: {egress}"),
     )?;
+    // tinycode is the front's alone; the front is the router's and the namespace's.
     let from = serde_json::to_value(&np.spec.and_then(|s| s.ingress).unwrap_or_default()[0].from).unwrap();
     ensure_eq(
         from,
-        json!([{"namespaceSelector": {"matchLabels": {"policy-group.network.openshift.io/ingress": ""}}}, {"podSelector": {}}]),
+        json!([{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "front", "app.kubernetes.io/instance": "dev", "app.kubernetes.io/name": "tinycode"}}}]),
         "NetworkPolicy sources",
+    )?;
+    let front =
+        Api::<NetworkPolicy>::namespaced(admin.clone(), &alice.ns).get(&naming::front("dev")).await.ctx("np")?;
+    let from = serde_json::to_value(&front.spec.and_then(|s| s.ingress).unwrap_or_default()[0].from).unwrap();
+    ensure_eq(
+        from,
+        json!([{"namespaceSelector": {"matchLabels": {"policy-group.network.openshift.io/ingress": ""}}}, {"podSelector": {}}]),
+        "the front's NetworkPolicy sources",
     )?;
     // A spec change keeps the password.
     apply_instance(&alice.client, &alice.ns, "dev", json!({"resources": {"limits": {"cpu": "3", "memory": "2Gi"}}}))
