@@ -8,6 +8,13 @@
 //! The front stays up while tinycode is stopped, so the gate can tell an
 //! allowed user why it does not answer (`--agent`).
 //!
+//! In password mode (`--mode=password`) there is no proxy: the gate is the
+//! front's public port, and whoever presents the instance's password (HTTP
+//! Basic, any user name; [`proxy::Password::admits`]) passes. Anyone else gets
+//! 401 with a Basic challenge and a page naming the Secret that holds it
+//! (`--password-secret`); no review is made. The rows below about identities
+//! and reviews are the sign-in modes'.
+//!
 //! The proxy in front authenticates the user; the gate asks the apiserver
 //! whether that user may `use` this TinycodeInstance (verb `use` on
 //! `tinycodeinstances.tinycode.dev`, the instance's name, its namespace), so
