@@ -69,6 +69,9 @@ lint: tools ## cargo fmt --check, the layer check, clippy -D warnings, helm lint
 
 .PHONY: test
 test: lint image sbom ## Lint, build the image and its SBOMs, then unit, chart, image and end-to-end tests (starts the local control plane)
+	@# Every package of the lock file, other platforms' too: tests/rust_version.rs
+	@# reads the whole resolve offline, and a build fetches only this platform's.
+	cargo fetch --locked
 	eval "$$(hack/local-cluster.sh tools)"; TINYCODE_HELM="$$TINYCODE_HELM" cargo test --workspace --all-targets
 
 .PHONY: run-local

@@ -29,7 +29,11 @@
 # reads them). BENCH_HELM_PROFILE=DIR: every helm run writes its CPU profile
 # (helm's own HELM_PPROF_CPU_PROFILE) into DIR; `go tool pprof -top DIR/*`
 # merges them (where a release's helm CPU goes; process start-up before helm's
-# main is not in them).
+# main is not in them). BENCH_BUSY=PCT: the activity stand-in (as BENCH_IDLE's)
+# answers `busy` for PCT% of the instances (every 100/PCT-th), and the operator
+# upgrade phase reports when the others were re-rendered, checks that no busy
+# one was before its deadline (BENCH_BUSY_DEADLINE, default 300s) and reports
+# when they were (README.md, "Rollouts that wait").
 set -euo pipefail
 
 N=${1:-100}
@@ -131,6 +135,7 @@ start_operator() {
 		"TINYCODE_HEALTH_ADDR=$HEALTH" "TINYCODE_METRICS_ADDR=$METRICS" TINYCODE_METRICS_AUTH=none
 		POD_NAME=bench "RUST_LOG=warn,tinycode_operator::reconcile=info" NO_COLOR=1)
 	if [[ -n $ACTIVITY_URL ]]; then env+=("TINYCODE_ACTIVITY_URL=$ACTIVITY_URL" TINYCODE_VLLM_ALLOW_LOOPBACK=true); fi
+	env+=("TINYCODE_ROLLOUT_BUSY_DEADLINE=$BUSY_DEADLINE")
 	if ((IN_CLUSTER)); then
 		# The inner scripts take their paths as arguments ($1..$3), unexpanded here.
 		# shellcheck disable=SC2016
@@ -172,15 +177,22 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 # BENCH_IDLE=1: every instance's activity report, from one loopback stand-in
 # that appends a line per request to $STATE/activity.log.
 ACTIVITY_URL='' IDLE_SPEC='' standin=''
-if [[ ${BENCH_IDLE:-} == 1 ]]; then
-	python3 - "$STATE/activity.log" "$STATE/activity.port" <<-'EOF' &
+BUSY=${BENCH_BUSY:-0}
+BUSY_STEP=0 BUSY_N=0
+if ((BUSY > 0)); then BUSY_STEP=$((100 / BUSY)) BUSY_N=$((N / (100 / BUSY))); fi
+if [[ ${BENCH_IDLE:-} == 1 ]] || ((BUSY > 0)); then
+	python3 - "$STATE/activity.log" "$STATE/activity.port" "$BUSY_STEP" <<-'EOF' &
 	import datetime, http.server, sys
 	log = open(sys.argv[1], "a", buffering=1)
+	step = int(sys.argv[3])
 	class Report(http.server.BaseHTTPRequestHandler):
 	    protocol_version = "HTTP/1.1"
 	    def do_GET(self):
 	        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-	        body = ('{"lastActivity": "%s", "busy": false}' % now).encode()
+	        name = self.path.rstrip("/").rsplit("/", 1)[-1]
+	        k = int(name[1:]) if name[1:].isdigit() else -1
+	        busy = "true" if step and k > 0 and k % step == 0 else "false"
+	        body = ('{"lastActivity": "%s", "busy": %s}' % (now, busy)).encode()
 	        self.send_response(200)
 	        self.send_header("Content-Type", "application/json")
 	        self.send_header("Content-Length", str(len(body)))
@@ -196,8 +208,9 @@ if [[ ${BENCH_IDLE:-} == 1 ]]; then
 	standin=$!
 	until [[ -s $STATE/activity.port ]]; do sleep 0.1; done
 	ACTIVITY_URL="http://127.0.0.1:$(cat "$STATE/activity.port")/{namespace}/{name}"
-	IDLE_SPEC=', idle: {timeout: 8h}'
+	if [[ ${BENCH_IDLE:-} == 1 ]]; then IDLE_SPEC=', idle: {timeout: 8h}'; fi
 fi
+BUSY_DEADLINE=${BENCH_BUSY_DEADLINE:-300s}
 activity_requests() { if [[ -f $STATE/activity.log ]]; then wc -l <"$STATE/activity.log"; else echo 0; fi; }
 "$K" delete tinycodeclass bench-default --ignore-not-found >/dev/null
 if [[ ${BENCH_CLASS:-} == 1 ]]; then
@@ -311,8 +324,27 @@ if [[ ${BENCH_UPGRADE:-1} == 1 ]]; then
 	CHART=$STATE/chart
 	t3=$(now)
 	start_operator
-	until [[ $(deployed) -ge $N ]]; do sleep 0.5; done # a fresh process: every upgrade is a re-render
-	upgrade_s=$(since "$t3")
+	if ((BUSY_N > 0)); then
+		# The instances whose agents are not busy first; then no busy one
+		# before its deadline (each counts from when it was first held, no
+		# earlier than t3), the most seen waiting at once; then the rest.
+		until [[ $(deployed) -ge $((N - BUSY_N)) ]]; do sleep 0.5; done
+		calm_s=$(since "$t3")
+		limit=$(awk -v t="$t3" -v d="${BUSY_DEADLINE%s}" 'BEGIN { printf "%.1f", t + d - 2 }')
+		early=0 waiting_max=0
+		while awk -v a="$(now)" -v b="$limit" 'BEGIN { exit !(a < b) }'; do
+			d=$(deployed)
+			((d > N - BUSY_N)) && early=$((d - (N - BUSY_N)))
+			w=$(metric tinycode_operator_rollouts_waiting | cut -d. -f1)
+			((w > waiting_max)) && waiting_max=$w
+			sleep 1
+		done
+		until [[ $(deployed) -ge $N ]]; do sleep 0.5; done
+		upgrade_s="$(since "$t3") (the $((N - BUSY_N)) not busy: $calm_s s; the $BUSY_N busy, deadline $BUSY_DEADLINE: re-rendered before it $early, waiting at most $waiting_max at once)"
+	else
+		until [[ $(deployed) -ge $N ]]; do sleep 0.5; done # a fresh process: every upgrade is a re-render
+		upgrade_s=$(since "$t3")
+	fi
 fi
 
 delete_s=skipped

@@ -77,6 +77,9 @@ pub struct Settings {
     pub signin: SigninSettings,
     /// Idle stop: timeouts and the activity checks.
     pub idle: IdleSettings,
+    /// Longest a change the user did not make waits for a busy agent
+    /// (`--rollout-busy-deadline`); `None`: it never waits.
+    pub rollout_busy_deadline: Option<Duration>,
 }
 
 /// Port of an instance pod's activity report (CONTAINER.md, "Activity"),
@@ -121,6 +124,9 @@ impl Default for IdleSettings {
 /// The gate's image unless told otherwise: the operator image `make image`
 /// builds (install.sh and the bundle name the installed one).
 pub const DEFAULT_GATE_IMAGE: &str = concat!("localhost/tinycode-operator:", env!("CARGO_PKG_VERSION"));
+/// How long a rollout waits for a busy agent unless told otherwise: an hour
+/// lets most agent tasks finish, and bounds how long a security fix waits.
+pub const DEFAULT_ROLLOUT_BUSY_DEADLINE: Duration = Duration::from_secs(3600);
 /// Kubernetes' own default for a Deployment's progress deadline.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u64 = 600;
 
@@ -211,6 +217,7 @@ impl Default for Settings {
             watch_scope: crate::watch_scope::WatchScope::All,
             signin: SigninSettings::default(),
             idle: IdleSettings::default(),
+            rollout_busy_deadline: Some(DEFAULT_ROLLOUT_BUSY_DEADLINE),
         }
     }
 }

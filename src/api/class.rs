@@ -88,6 +88,12 @@ pub struct TinycodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdlePolicy>,
 
+    /// How changes the instances did not ask for (an operator upgrade, a
+    /// change of this class, a rotated Secret) reach a busy agent (overrides
+    /// the operator's --rollout-busy-deadline for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPolicy>,
+
     /// Modes instances may use. Unset: every mode (each still needs its
     /// namespace approval where one is required). Listed: only these.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,6 +221,17 @@ pub struct StoragePolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 20), inner(pattern(DNS_SUBDOMAIN_PATTERN), length(max = 253)))]
     pub allowed_storage_classes: Option<Vec<String>>,
+}
+
+/// Rollouts of a class.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// Longest a change the user did not make waits while the agent is busy
+    /// (its activity report says `busy`), e.g. 2h; 0: it never waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN), length(min = 1, max = 24))]
+    pub busy_deadline: Option<String>,
 }
 
 /// Idle stop of a class.

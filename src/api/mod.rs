@@ -67,6 +67,10 @@ pub const DURATION_PATTERN: &str = r"^(0|([0-9]{1,4}h)?([0-9]{1,6}m)?([0-9]{1,8}
 /// instance the operator stopped for idleness; status.idle.lastHandledStartAt
 /// echoes the value handled.
 pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
+/// Annotation a user sets (to any new value) to apply a rendering that waits
+/// for the busy agent now; status.rendering.lastHandledRolloutNow echoes the
+/// value handled.
+pub const ROLLOUT_NOW_ANNOTATION: &str = "tinycode.dev/rollout-now";
 
 /// A tinycode AI coding assistant instance: one Helm release, a Route on
 /// OpenShift or an Ingress on Kubernetes, and an SCC grant on OpenShift.
@@ -89,6 +93,7 @@ pub const START_REQUEST_ANNOTATION: &str = "tinycode.dev/start-requested-at";
     printcolumn(name = "URL", type_ = "string", json_path = ".status.url"),
     printcolumn(name = "Auth", type_ = "string", json_path = ".status.auth.mode"),
     printcolumn(name = "Class", type_ = "string", json_path = ".status.class"),
+    printcolumn(name = "Rollout-Waits", type_ = "date", json_path = ".status.rendering.since"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63")
         .message("metadata.name must start with a letter, hold only lowercase letters, digits and '-', and be at most 63 characters (it is a label value; the names derived from it are shortened to fit)")

@@ -42,12 +42,14 @@ pub struct ResourceAmounts {
 /// may change; re-create the instance to change the rest.
 //
 // Admission refuses what Kubernetes cannot follow: a PVC's StorageClass and
-// access mode are immutable and it never shrinks, and moving /projects between
-// a host directory and a PVC would leave the workspace behind. These are
+// access mode are immutable, and moving /projects between a host directory and
+// a PVC would leave the workspace behind. A size below the last one is left to
+// the operator, which compares it with what the PVC asks for (a growth the
+// StorageClass refused must be able to go back). These are
 // transition rules (they use `oldSelf`, so they run on updates only, and only
 // where the old value exists). `spec.storage` always exists (schema default), so
 // the rules sit at this level and compare optional fields with `has()` on both
-// sides; dataSize, projectsSize and projectsAccessMode have schema defaults too.
+// sides; projectsAccessMode has a schema default too.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -60,12 +62,6 @@ pub struct ResourceAmounts {
     validation = Rule::new("!has(self.hostPath) || !has(oldSelf.hostPath) || self.hostPath.path == oldSelf.hostPath.path")
         .message("spec.storage.hostPath.path cannot be changed after creation (/projects would move to another directory without its contents); re-create the instance to change it. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
         .field_path(".hostPath"),
-    validation = Rule::new("!has(self.dataSize) || !has(oldSelf.dataSize) || !isQuantity(self.dataSize) || !isQuantity(oldSelf.dataSize) || quantity(self.dataSize).compareTo(quantity(oldSelf.dataSize)) >= 0")
-        .message("spec.storage.dataSize cannot shrink (a PVC can grow, when its StorageClass allows expansion, but never shrink); re-create the instance for a smaller volume. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
-        .field_path(".dataSize"),
-    validation = Rule::new("!has(self.projectsSize) || !has(oldSelf.projectsSize) || !isQuantity(self.projectsSize) || !isQuantity(oldSelf.projectsSize) || quantity(self.projectsSize).compareTo(quantity(oldSelf.projectsSize)) >= 0")
-        .message("spec.storage.projectsSize cannot shrink (a PVC can grow, when its StorageClass allows expansion, but never shrink); re-create the instance for a smaller volume. storage.retainOnDelete (default true) keeps the data volumes when the instance is deleted, and an instance created again under the same name re-uses them: copy the data you need and delete the old PVCs first, or use a new name")
-        .field_path(".projectsSize"),
 )]
 pub struct Storage {
     /// PVC size for the SQLite database and config.

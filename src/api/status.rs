@@ -61,6 +61,36 @@ pub struct TinycodeInstanceStatus {
     /// instance (it is not rewritten while the instance runs, to save writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_activity_time: Option<String>,
+    /// Which rendering of the instance runs, and the one that waits for its
+    /// busy agent (a change the user did not make: an operator upgrade, a
+    /// class change, a rotated Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendering: Option<RenderingStatus>,
+}
+
+/// The rendering that runs and the one that waits.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RenderingStatus {
+    /// Digest of the values the running workloads were rendered from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current: String,
+    /// Digest of the values that wait to be applied (empty: none wait).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pending: String,
+    /// Since when a rendering waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// The metadata.generation the current rendering was made for: a later
+    /// generation is the user's own change, which applies at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// In words: what waits, for what, and until when.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The last tinycode.dev/rollout-now value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_rollout_now: Option<String>,
 }
 
 /// Idle stop, as applied.

@@ -229,9 +229,22 @@ pub struct IdleArgs {
     #[arg(long, global = true, env = "TINYCODE_ACTIVITY_CHECKS_IN_FLIGHT", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub activity_checks_in_flight: u64,
+    /// Longest a change the user did not make (an operator upgrade, a class
+    /// change, a rotated Secret) waits for an instance whose agent is busy
+    /// before it is applied anyway; 0: it never waits. A class's
+    /// rollout.busyDeadline overrides it.
+    #[arg(long, global = true, env = "TINYCODE_ROLLOUT_BUSY_DEADLINE", default_value = "1h")]
+    pub rollout_busy_deadline: String,
 }
 
 impl IdleArgs {
+    fn rollout_busy_deadline(&self) -> Result<Option<Duration>, String> {
+        let v = self.rollout_busy_deadline.trim();
+        crate::api::duration::parse(v).map(|d| (!d.is_zero()).then_some(d)).ok_or_else(|| {
+            format!("--rollout-busy-deadline {v:?} must be a duration such as 30m, 2h or 1h30m, or 0 (never wait)")
+        })
+    }
+
     fn to_settings(&self) -> Result<crate::settings::IdleSettings, String> {
         let duration = |flag: &str, v: &str| {
             crate::api::duration::parse(v.trim())
@@ -535,6 +548,7 @@ impl SettingsArgs {
             watch_scope: WatchScope::All,
             signin: self.signin.to_settings(&self.operator_namespace)?,
             idle: self.idle.to_settings()?,
+            rollout_busy_deadline: self.idle.rollout_busy_deadline()?,
         })
     }
 }

@@ -71,6 +71,8 @@ pub struct Metrics {
     idle_stops: Counter,
     activity_checks: Family<ResultLabels, Counter>,
     phases: Mutex<HashMap<String, Phase>>,
+    rollouts_waiting: Gauge,
+    waiting: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Default for Metrics {
@@ -122,7 +124,15 @@ impl Metrics {
             "Activity checks of instances with an idle timeout, by result (active, busy, idle, unknown)",
             activity_checks.clone(),
         );
+        let rollouts_waiting = Gauge::default();
+        registry.register(
+            "rollouts_waiting",
+            "Instances whose new rendering waits for their busy agent",
+            rollouts_waiting.clone(),
+        );
         Self {
+            rollouts_waiting,
+            waiting: Mutex::default(),
             idle_stops,
             activity_checks,
             registry,
@@ -171,6 +181,18 @@ impl Metrics {
             let n = phases.values().filter(|x| **x == p).count();
             self.instances.get_or_create(&PhaseLabels { phase: p.as_str().into() }).set(n as i64);
         }
+    }
+
+    /// Records whether an instance's new rendering waits for its agent (false
+    /// once it is gone).
+    pub fn rollout_waits(&self, key: &str, waits: bool) {
+        let mut waiting = self.waiting.lock().expect("lock");
+        if waits {
+            waiting.insert(key.to_string());
+        } else {
+            waiting.remove(key);
+        }
+        self.rollouts_waiting.set(waiting.len() as i64);
     }
 
     /// An instance was stopped for idleness.

@@ -135,6 +135,13 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "watch owned Ingresses (Kubernetes without Routes) for their published address",
     },
     Permission {
+        group: "storage.k8s.io",
+        resources: &["storageclasses"],
+        verbs: &["get"],
+        names: any,
+        why: "read the StorageClass of a PVC that is to grow: whether it allows expansion",
+    },
+    Permission {
         group: "networking.k8s.io",
         resources: &["ingressclasses"],
         verbs: &["get", "list", "watch"],

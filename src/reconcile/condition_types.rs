@@ -14,3 +14,6 @@ pub const INGRESS_READY: &str = "IngressReady";
 pub const RECONCILING: &str = "Reconciling";
 /// kstatus: the operator gave up until something changes.
 pub const STALLED: &str = "Stalled";
+/// A PVC grew: False while a volume reports less than its claim asks
+/// (Resizing, FileSystemResizePending), True (Resized) once all do.
+pub const STORAGE_RESIZED: &str = "StorageResized";

@@ -44,6 +44,8 @@ pub struct Context {
     pub oidc: Option<Arc<crate::signin::oidc::Provider>>,
     /// The last activity check of each instance with an idle timeout.
     pub activity: Arc<idle::Observations>,
+    /// Reads activity reports: the idle checks, and a rollout asking whether an agent is busy.
+    pub activity_reader: Arc<crate::activity::report::Reader>,
     /// Warning events of failures, at most one per namespace and reason a window.
     pub(super) failure_events: noise::FailureEvents,
 }
@@ -60,6 +62,7 @@ impl Context {
         Self {
             oidc,
             activity: Arc::default(),
+            activity_reader: Arc::new(crate::activity::report::Reader::new(&settings.probes)),
             client,
             settings,
             helm,

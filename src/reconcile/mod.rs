@@ -37,9 +37,11 @@ pub(crate) mod kubeconfig;
 pub(crate) mod marks;
 pub mod reason;
 pub(crate) mod revoke;
+pub(crate) mod rollout;
 pub mod rules;
 pub mod stages;
 pub(crate) mod status_writes;
+pub(crate) mod volumes;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -119,7 +121,7 @@ pub async fn run(
     tokio::spawn(idle::watch(
         reader.clone(),
         ctx.settings.idle.clone(),
-        Arc::new(crate::activity::report::Reader::new(&ctx.settings.probes)),
+        ctx.activity_reader.clone(),
         ctx.activity.clone(),
         ctx.metrics.clone(),
         wake,
@@ -247,8 +249,17 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         admit::Verdict::Suspended => return suspended(ctx, inst).await,
         admit::Verdict::Refused(refusal) => return Err(refusal.into()),
     };
-    let plan = plan::plan(&valid, &observed, &ctx.settings);
+    let mut plan = plan::plan(&valid, &observed, &ctx.settings);
+    rollout::wait_for_busy(ctx, inst, &observed, valid.rollout_busy_deadline, &mut plan).await;
+    // A PVC that cannot grow refuses the instance before anything is applied.
+    let grown = match &plan.helm {
+        Some(_) => volumes::check(ctx, inst, &plan.values).await?,
+        None => Vec::new(),
+    };
     let outcome = execute::execute(ctx, inst, &plan).await?;
+    let storage = volumes::condition(ctx, inst, &plan.values, !grown.is_empty()).await;
+    let resizing = storage.as_ref().is_some_and(|c| !c.status);
+    plan.conditions.extend(storage);
     let deployment = match &plan.helm {
         // After helm the cached Deployment may be the old one; status reads the cache again.
         Some(_) => {
@@ -294,7 +305,14 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     announce(ctx, inst, &plan, &st).await;
     status_writes::write_status_if_changed(ctx, inst, &st).await.during("write the status")?;
     ctx.metrics.phase(&instance_key(inst), Some(phase));
+    if let Some(held) = &plan.held {
+        return Ok(Action::requeue(rollout::recheck(held, ctx.settings.idle.check_interval, Timestamp::now())));
+    }
     let settled = matches!(phase, Phase::Running | Phase::Stopped);
+    if resizing {
+        // A volume's size shows on its PVC alone, which wakes no reconcile.
+        return Ok(Action::requeue(RESYNC_DIAGNOSED));
+    }
     Ok(Action::requeue(match (settled, diagnosed) {
         (true, _) => RESYNC_RUNNING,
         (false, true) => RESYNC_DIAGNOSED,

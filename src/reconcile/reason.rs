@@ -36,6 +36,11 @@ pub enum Blocked {
     SecretReferenceMissing,
     /// spec.hostname is served by, or was asked for earlier by, another instance.
     HostnameTaken,
+    /// A larger storage size that the PVC cannot take (its StorageClass does
+    /// not allow expansion, or it is not bound).
+    StorageCannotGrow,
+    /// A storage size below what the PVC already asks for (a PVC never shrinks).
+    StorageCannotShrink,
     ReleaseRecordUnreadable,
     HelmOperationPending,
     FinalizerError,

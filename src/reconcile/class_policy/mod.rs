@@ -109,6 +109,9 @@ pub struct Applied {
     pub from_class: FromClass,
     /// Idle stop as the class sets it (else the operator's settings).
     pub idle: IdleSettings,
+    /// Longest a change the user did not make waits for a busy agent (the
+    /// class's rollout.busyDeadline, else the operator's); None: never.
+    pub rollout_busy_deadline: Option<Duration>,
     pub warnings: Vec<String>,
 }
 
@@ -153,6 +156,7 @@ pub fn apply(
                 spec: effective,
                 from_class: FromClass::default(),
                 idle: settings.idle.clone(),
+                rollout_busy_deadline: settings.rollout_busy_deadline,
                 warnings: Vec::new(),
             });
         }
@@ -211,6 +215,7 @@ pub fn apply(
             ollama_runtime_class_name: ollama.runtime_class_name.clone(),
         },
         idle: idle_settings(class.idle.as_ref(), &settings.idle),
+        rollout_busy_deadline: rollout_busy_deadline(class.rollout.as_ref(), settings.rollout_busy_deadline),
         warnings,
     })
 }
@@ -570,6 +575,18 @@ pub fn idle_settings(policy: Option<&crate::api::IdlePolicy>, operator: &IdleSet
         required: p.required || operator.required,
         from_class: true,
         ..operator.clone()
+    }
+}
+
+/// The busy deadline under a class: its own where it sets one (0: never
+/// wait), else the operator's.
+pub fn rollout_busy_deadline(
+    policy: Option<&crate::api::RolloutPolicy>,
+    operator: Option<Duration>,
+) -> Option<Duration> {
+    match policy.and_then(|p| p.busy_deadline.as_deref()).and_then(parse_duration) {
+        Some(d) => (!d.is_zero()).then_some(d),
+        None => operator,
     }
 }
 

@@ -75,6 +75,7 @@ pub async fn cleanup(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, E
     let note = format!("release {release_name} uninstalled and SCC grant removed; {kept}");
     ctx.event(inst, EventType::Normal, "Deleted", "Cleanup", note).await;
     ctx.metrics.phase(&crate::reconcile::basics::instance_key(inst), None);
+    ctx.metrics.rollout_waits(&crate::reconcile::basics::instance_key(inst), false);
     ctx.retries.lock().expect("lock").clear(&ObjectRef::from_obj(inst));
     Ok(Action::await_change())
 }

@@ -68,6 +68,7 @@ pub fn applied(
         idle: plan.idle.status.clone(),
         last_activity_time: plan.idle.last_activity_time.clone(),
         class: Some(plan.values.class_name.clone()).filter(|c| !c.is_empty()),
+        rendering: Some(crate::reconcile::rollout::status(inst, plan)),
     }
 }
 

@@ -21,12 +21,12 @@ use crate::harness::*;
 
 /// What the stand-in answers for an instance, and how often it was asked.
 #[derive(Default)]
-struct Reports {
-    answers: HashMap<String, Value>,
-    asked: HashMap<String, u32>,
+pub(crate) struct Reports {
+    pub(crate) answers: HashMap<String, Value>,
+    pub(crate) asked: HashMap<String, u32>,
 }
 
-type Shared = Arc<Mutex<Reports>>;
+pub(crate) type Shared = Arc<Mutex<Reports>>;
 
 async fn report(State(shared): State<Shared>, Path((_ns, name)): Path<(String, String)>) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -58,13 +58,22 @@ async fn stand_in(shared: Shared) -> Result<String, String> {
 /// keep running; the cluster-admin's maximum caps a larger timeout; the start
 /// annotation brings it back on the same data.
 pub async fn idle_instances_stop_and_busy_or_used_ones_do_not(env: &mut Env) -> TestResult {
+    with_stand_in(env, &[("TINYCODE_IDLE_TIMEOUT_MAX", "10m")], scenario).await
+}
+
+/// Runs `scenario` against an operator that reads activity from the
+/// stand-in every second (with `extra` settings), then restarts the operator
+/// as it was.
+pub(crate) async fn with_stand_in(
+    env: &mut Env,
+    extra: &[(&str, &str)],
+    scenario: impl AsyncFnOnce(&mut Env, &Shared) -> TestResult,
+) -> TestResult {
     let shared: Shared = Arc::default();
     let template = stand_in(shared.clone()).await?;
-    env.extra_env = vec![
-        ("TINYCODE_ACTIVITY_URL".into(), template),
-        ("TINYCODE_ACTIVITY_CHECK_SECONDS".into(), "1".into()),
-        ("TINYCODE_IDLE_TIMEOUT_MAX".into(), "10m".into()),
-    ];
+    env.extra_env =
+        vec![("TINYCODE_ACTIVITY_URL".into(), template), ("TINYCODE_ACTIVITY_CHECK_SECONDS".into(), "1".into())];
+    env.extra_env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     env.start_operator()?;
     let result = scenario(env, &shared).await;
     env.extra_env.clear();
@@ -211,19 +220,8 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
 /// workloads scaled to zero, status saying why, no helm run, the spec
 /// untouched; resumed, the instance stays stopped until it is started.
 pub async fn required_idle_stop_holds_while_suspended_or_refused(env: &mut Env) -> TestResult {
-    let shared: Shared = Arc::default();
-    let template = stand_in(shared.clone()).await?;
-    env.extra_env = vec![
-        ("TINYCODE_ACTIVITY_URL".into(), template),
-        ("TINYCODE_ACTIVITY_CHECK_SECONDS".into(), "1".into()),
-        ("TINYCODE_IDLE_TIMEOUT".into(), "5s".into()),
-        ("TINYCODE_IDLE_STOP_REQUIRED".into(), "true".into()),
-    ];
-    env.start_operator()?;
-    let result = required_scenario(env, &shared).await;
-    env.extra_env.clear();
-    env.start_operator()?;
-    result
+    let extra = [("TINYCODE_IDLE_TIMEOUT", "5s"), ("TINYCODE_IDLE_STOP_REQUIRED", "true")];
+    with_stand_in(env, &extra, required_scenario).await
 }
 
 async fn required_scenario(env: &mut Env, shared: &Shared) -> TestResult {

@@ -14,9 +14,11 @@ mod install_modes;
 mod kubernetes;
 mod lifecycle;
 mod requests;
+mod rollouts;
 mod signin;
 #[path = "../../../tests/support/vllm_standin.rs"]
 mod standin;
+mod storage;
 mod tenancy;
 
 use std::collections::BTreeMap;
@@ -40,8 +42,10 @@ use kubernetes::*;
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use lifecycle::*;
 use requests::*;
+use rollouts::*;
 use serde_json::{Value, json};
 use signin::*;
+use storage::*;
 use tenancy::*;
 use tinycode_operator::api::TinycodeInstance;
 use tinycode_operator::api::naming;
@@ -201,9 +205,11 @@ fn main() {
         stop_scales_to_zero_and_start_brings_it_back,
         idle_instances_stop_and_busy_or_used_ones_do_not,
         required_idle_stop_holds_while_suspended_or_refused,
+        rollouts_wait_for_busy_agents_until_their_deadline,
         a_reinstall_adopts_instances_whose_records_were_uninstalled,
         a_63_character_name_runs,
         storage_is_fixed_at_creation,
+        storage_grows_where_its_class_allows,
         a_single_namespace_operator_leaves_other_namespaces_alone,
         oidc_sign_in_admits_only_users_allowed_use,
         classes_place_cap_and_withdraw,

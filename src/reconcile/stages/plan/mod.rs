@@ -66,6 +66,20 @@ pub struct Plan {
     pub request: Option<String>,
     /// Idle stop, as decided (values.stopped includes it).
     pub idle: crate::reconcile::idle::IdleState,
+    /// The rendering waits for the busy agent (helm does not run): set by
+    /// `reconcile/rollout.rs` after the plan, never by [`plan`].
+    pub held: Option<Held>,
+}
+
+/// A rendering that waits for the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Digest of the values that run.
+    pub current: String,
+    pub since: k8s_openapi::jiff::Timestamp,
+    pub until: k8s_openapi::jiff::Timestamp,
+    /// Why, in words (status.rendering.message).
+    pub message: String,
 }
 
 /// Helm must run: in which mode, and what state of the release calls for it.
@@ -238,6 +252,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
         warnings: valid.warnings.clone(),
         request: valid.request.as_ref().map(|r| r.value.clone()),
         idle: valid.idle.clone(),
+        held: None,
     }
 }
 

@@ -54,6 +54,8 @@ pub struct ValidInstance {
     pub idle: crate::reconcile::idle::IdleState,
     /// What the instance's TinycodeClass adds beyond the spec.
     pub from_class: crate::render::values::FromClass,
+    /// Longest a change the user did not make waits for a busy agent (None: never).
+    pub rollout_busy_deadline: Option<std::time::Duration>,
 }
 
 /// What a sign-in instance gets besides its chart values.
@@ -172,6 +174,7 @@ pub fn validate(
         uid: inst.metadata.uid.clone().unwrap_or_default(),
         spec: applied.spec,
         from_class: applied.from_class,
+        rollout_busy_deadline: applied.rollout_busy_deadline,
         owner: owner_reference(inst),
         request: ReconcileRequest::of(inst),
         name,
@@ -252,6 +255,7 @@ fn offline(
         uid: inst.metadata.uid.clone().unwrap_or_default(),
         spec: applied.spec,
         from_class: applied.from_class,
+        rollout_busy_deadline: applied.rollout_busy_deadline,
         owner: owner_reference(inst),
         request: ReconcileRequest::of(inst),
         pending_approvals: pending_approvals(inst, &ns),
