@@ -134,7 +134,10 @@ start_operator() {
 	local env=("HELM_BIN=$HELM" "HELM_CHART_PATH=$CHART" "HOME=$OP_TMP" "TMPDIR=$OP_TMP"
 		"TINYCODE_HEALTH_ADDR=$HEALTH" "TINYCODE_METRICS_ADDR=$METRICS" TINYCODE_METRICS_AUTH=none
 		POD_NAME=bench "RUST_LOG=warn,tinycode_operator::reconcile=info" NO_COLOR=1)
-	if [[ -n $ACTIVITY_URL ]]; then env+=("TINYCODE_ACTIVITY_URL=$ACTIVITY_URL" TINYCODE_VLLM_ALLOW_LOOPBACK=true); fi
+	# Without the stand-in, a port on loopback that refuses: the default
+	# address (<service>.<namespace>.svc) would be looked up in the machine's
+	# resolver, off loopback, by every re-render that asks whether an agent is busy.
+	env+=("TINYCODE_ACTIVITY_URL=${ACTIVITY_URL:-http://127.0.0.1:1/{namespace}/{name}}" TINYCODE_VLLM_ALLOW_LOOPBACK=true)
 	env+=("TINYCODE_ROLLOUT_BUSY_DEADLINE=$BUSY_DEADLINE")
 	if ((IN_CLUSTER)); then
 		# The inner scripts take their paths as arguments ($1..$3), unexpanded here.

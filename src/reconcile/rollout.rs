@@ -181,7 +181,7 @@ pub async fn wait_for_busy(
     let url = activity::url(&ctx.settings.idle.url_template, &naming::fullname(&name), &ns, &name);
     let answer = ctx.activity_reader.read(&url).await;
     let how = format!(
-        "{} annotate tinycodeinstance {name} -n {ns} {ROLLOUT_NOW_ANNOTATION}=\"$(date +%s)\" applies it now",
+        "{} annotate tinycodeinstance {name} -n {ns} {ROLLOUT_NOW_ANNOTATION}=\"$(date +%s)\" --overwrite applies it now",
         ctx.settings.platform.cli()
     );
     let now = Timestamp::now();

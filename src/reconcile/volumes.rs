@@ -6,18 +6,23 @@
 //! before anything is applied (helm would otherwise fail half-way with the
 //! apiserver's words).
 //!
-//! The PVCs are read only when helm is about to run (a few GETs beside a
-//! helm run) and while status says a volume grows; [`judge`] and
-//! [`resized`] are pure.
+//! A PVC is read only when helm is about to run and the cache of PVC
+//! metadata says it asks for another size (the chart writes the size in an
+//! annotation), and while status says a volume grows; [`judge`] and
+//! [`resized`] are pure. A tenant who edits that annotation only makes the
+//! operator read the PVC, or skip the check and let helm meet the
+//! apiserver's own refusal.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::{TinycodeInstance, naming};
 use crate::reconcile::condition_types::STORAGE_RESIZED;
 use crate::reconcile::conditions::Desired;
 use crate::reconcile::error::During;
+use crate::reconcile::marks::PVC_SIZE_ANNOTATION;
 use crate::reconcile::reason::Blocked;
 use crate::reconcile::rules::quantity;
 use crate::reconcile::{Context, Error};
@@ -188,6 +193,13 @@ pub async fn check(ctx: &Context, inst: &TinycodeInstance, values: &Values) -> R
     let cli = ctx.settings.platform.cli();
     let mut out = Vec::new();
     for claim in claims(values) {
+        // The cache of PVC metadata answers most runs without a read: no PVC
+        // yet (helm creates it), or one that asks for this size already.
+        let cached = ctx.stores.pvcs.get(&ObjectRef::new(&claim.name).within(&ns));
+        let Some(cached) = cached else { continue };
+        if cached.metadata.annotations.as_ref().and_then(|a| a.get(PVC_SIZE_ANNOTATION)) == Some(&claim.size) {
+            continue;
+        }
         let Some(pvc) = pvcs.get_opt(&claim.name).await.during("read a PVC of the instance")? else { continue };
         // Only a claim asked to grow needs its class.
         let sc = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default();

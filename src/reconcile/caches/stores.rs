@@ -282,10 +282,11 @@ pub fn slim(meta: &mut ObjectMeta) {
 }
 
 /// Annotations the stages read on objects the instances own.
-const OWNED_ANNOTATIONS_READ: [&str; 3] = [
+const OWNED_ANNOTATIONS_READ: [&str; 4] = [
     crate::reconcile::marks::APPLIED_HASH_ANNOTATION,
     crate::reconcile::marks::VALUES_HASH_ANNOTATION,
     crate::reconcile::marks::HELM_RELEASE_NAMESPACE_ANNOTATION,
+    crate::reconcile::marks::PVC_SIZE_ANNOTATION,
 ];
 
 /// [`slim`], and for objects the instances own also their labels and the

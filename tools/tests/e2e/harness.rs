@@ -359,6 +359,11 @@ impl Env {
             .env("TINYCODE_LEASE_DURATION_SECONDS", "6")
             // vLLM stand-ins run on loopback in these tests; production keeps this off.
             .env("TINYCODE_VLLM_ALLOW_LOOPBACK", "true")
+            // No pod serves an activity report here, and the default address
+            // (`<service>.<namespace>.svc`) would be looked up in the machine's
+            // resolver, off loopback: a port that refuses, unless a scenario
+            // sets its stand-in (idle.rs).
+            .env("TINYCODE_ACTIVITY_URL", "http://127.0.0.1:1/{namespace}/{name}")
             // The host directories the samples and scenarios use.
             .env("TINYCODE_HOSTPATH_ALLOWED_PREFIXES", "/srv,/home/developer")
             .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
