@@ -137,7 +137,9 @@ start_operator() {
 	# Without the stand-in, a port on loopback that refuses: the default
 	# address (<service>.<namespace>.svc) would be looked up in the machine's
 	# resolver, off loopback, by every re-render that asks whether an agent is busy.
-	env+=("TINYCODE_ACTIVITY_URL=${ACTIVITY_URL:-http://127.0.0.1:1/{namespace}/{name}}" TINYCODE_VLLM_ALLOW_LOOPBACK=true)
+	local activity=$ACTIVITY_URL
+	if [[ -z $activity ]]; then activity='http://127.0.0.1:1/{namespace}/{name}'; fi
+	env+=("TINYCODE_ACTIVITY_URL=$activity" TINYCODE_VLLM_ALLOW_LOOPBACK=true)
 	env+=("TINYCODE_ROLLOUT_BUSY_DEADLINE=$BUSY_DEADLINE")
 	if ((IN_CLUSTER)); then
 		# The inner scripts take their paths as arguments ($1..$3), unexpanded here.
