@@ -40,6 +40,8 @@ pub enum Now {
     Requested,
     /// The cluster-admin lets nothing wait (deadline 0).
     NoDeadline,
+    /// The Deployment was written by somebody else since the operator applied it.
+    Repair,
 }
 
 /// Whether the planned helm run may wait for a busy agent.
@@ -106,6 +108,13 @@ pub fn window(f: &Facts<'_>) -> Window {
     }
     let Some(deadline) = f.deadline else { return Window::Now(Now::NoDeadline) };
     let current = deployment.annotations().get(VALUES_HASH_ANNOTATION).cloned().unwrap_or_default();
+    // The Deployment says another rendering runs than the operator last
+    // applied: somebody else wrote it (a tenant can, in their namespace). That
+    // is a repair, never a wait: else rewriting the mark would restart the
+    // wait, and hold a change past any deadline.
+    if f.previous.is_some_and(|r| !r.current.is_empty() && r.current != current) {
+        return Window::Now(Now::Repair);
+    }
     // The same rendering still runs: the wait began when it was first held.
     let earlier = f
         .previous
@@ -368,9 +377,13 @@ mod tests {
                 waited: true
             }
         );
-        // Another rendering runs now (the user's change applied meanwhile): a new wait.
-        let other = deployment("newer", 1);
-        assert!(matches!(window(&facts(&other, Some(&held))), Window::IfBusy { waited: false, .. }));
+        // Another rendering than the operator applied runs: somebody wrote
+        // the Deployment, which is repaired at once (rewriting the mark must
+        // not restart the wait).
+        let forged = deployment("forged", 1);
+        assert_eq!(window(&facts(&forged, Some(&held))), Window::Now(Now::Repair));
+        // Before status.rendering existed, the Deployment's mark is taken as it is.
+        assert!(matches!(window(&facts(&forged, None)), Window::IfBusy { waited: false, .. }));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! instances did not ask for) applies at once to an instance whose agent is
 //! not busy and waits for a busy one until the agent is done, the user asks
 //! (`tinycode.dev/rollout-now`), the user changes the spec, or the class's
-//! deadline passes.
+//! deadline passes; a tenant who rewrites the Deployment's values mark gets
+//! it repaired at once, not a wait started over.
 
 use std::time::{Duration, Instant};
 
@@ -32,11 +33,12 @@ pub async fn rollouts_wait_for_busy_agents_until_their_deadline(env: &mut Env) -
 }
 
 async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
-    let c = env.client().await;
-    let ns = env.ns("rollout");
-    env.prepare_with_script(&ns)?;
+    let admin = env.client().await;
+    // The instances are alice's, in her namespace; the class is the cluster-admin's.
+    let alice = crate::tenancy::tenant(env, "alice", "rollout").await?;
+    let (c, ns) = (alice.client.clone(), alice.ns.clone());
     let class = format!("{ns}-patient");
-    let classes: Api<TinycodeClass> = Api::all(c.clone());
+    let classes: Api<TinycodeClass> = Api::all(admin.clone());
     let spec = |cpu: &str| {
         json!({"tinycode": {"defaults": {"requests": {"cpu": cpu}}},
                "rollout": {"busyDeadline": format!("{DEADLINE_SECONDS}s")}})
@@ -67,7 +69,7 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         apply_instance(&c, &ns, name, json!({"className": class})).await.ctx("apply instance")?;
     }
     for name in ["busy", "calm"] {
-        run_to_running(&c, &ns, name).await?;
+        run_to_running(&admin, &ns, name).await?;
     }
     let revision = |name: &str| -> Result<i64, String> {
         Ok(env.release(&naming::release_name(&ns, name))?.ok_or("no release")?.0)
@@ -88,16 +90,30 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         held.message.contains("busy") && held.message.contains("tinycode.dev/rollout-now"),
         format!("the message says why and how to apply it now: {}", held.message),
     )?;
-    ensure(has_event(&c, &ns, "busy", "RolloutWaits").await?, "no RolloutWaits event")?;
+    ensure(has_event(&admin, &ns, "busy", "RolloutWaits").await?, "no RolloutWaits event")?;
     let (_, metrics) = metrics_get(env).await?;
     ensure_eq(metric_sum(&metrics, "tinycode_operator_rollouts_waiting"), 1.0, "instances waiting, as a metric")?;
     let calm = get_instance(&c, &ns, "calm").await?.ok_or("gone")?;
     let calm_rendering = calm.status.and_then(|s| s.rendering).ok_or("calm has no status.rendering")?;
     ensure(calm_rendering.pending.is_empty(), "the calm instance waits for nothing")?;
 
+    // Attack: alice rewrites the Deployment's values mark, which would make
+    // every reconcile see a new rendering running and start the wait over, so
+    // the change would never apply while her agent says busy. A Deployment
+    // written by anyone but the operator is repaired at once instead.
+    let deployments = Api::<Deployment>::namespaced(c.clone(), &ns);
+    let forged = json!({"metadata": {"annotations": {"tinycode.dev/values-hash": "forged"}}});
+    deployments
+        .patch(&naming::fullname("busy"), &PatchParams::default(), &Patch::Merge(forged))
+        .await
+        .ctx("alice rewrites the mark")?;
+    applied(env, &c, &ns, "busy", busy0 + 1).await?;
+
     // Asked for: applied now, and the request acknowledged.
+    change_class("115m").await?;
+    waiting(&c, &ns, "busy").await?;
     annotate(&c, &ns, "busy", "tinycode.dev/rollout-now", "n1").await?;
-    let done = applied(env, &c, &ns, "busy", busy0 + 1).await?;
+    let done = applied(env, &c, &ns, "busy", busy0 + 2).await?;
     ensure_eq(done.last_handled_rollout_now.as_deref(), Some("n1"), "lastHandledRolloutNow")?;
 
     // The user's own change applies at once, with the one that waited.
@@ -107,14 +123,14 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         .patch("busy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"idle": {"timeout": "8h"}}})))
         .await
         .ctx("the user's change")?;
-    applied(env, &c, &ns, "busy", busy0 + 2).await?;
+    applied(env, &c, &ns, "busy", busy0 + 3).await?;
 
     // The agent is done: applied at the next check, and said so.
     change_class("130m").await?;
     waiting(&c, &ns, "busy").await?;
     answer("busy", false);
-    applied(env, &c, &ns, "busy", busy0 + 3).await?;
-    ensure(has_event(&c, &ns, "busy", "RolloutApplied").await?, "no RolloutApplied event")?;
+    applied(env, &c, &ns, "busy", busy0 + 4).await?;
+    ensure(has_event(&admin, &ns, "busy", "RolloutApplied").await?, "no RolloutApplied event")?;
 
     // Busy past the deadline: applied then, with a Warning event; not before.
     answer("busy", true);
@@ -123,13 +139,13 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     let since: k8s_openapi::jiff::Timestamp = held.since.as_deref().ok_or("no since")?.parse().ctx("since")?;
     let deadline = Duration::from_secs(DEADLINE_SECONDS);
     let started = Instant::now();
-    applied_within(env, &c, &ns, "busy", busy0 + 4, deadline + WAIT).await?;
+    applied_within(env, &c, &ns, "busy", busy0 + 5, deadline + WAIT).await?;
     let applied_at = k8s_openapi::jiff::Timestamp::now();
     ensure(
         applied_at.duration_since(since).unsigned_abs() >= deadline,
         format!("applied {:?} after it began to wait, before the {deadline:?} deadline", started.elapsed()),
     )?;
-    ensure(has_event(&c, &ns, "busy", "RolloutDeadline").await?, "no RolloutDeadline event")?;
+    ensure(has_event(&admin, &ns, "busy", "RolloutDeadline").await?, "no RolloutDeadline event")?;
     let (_, metrics) = metrics_get(env).await?;
     ensure_eq(metric_sum(&metrics, "tinycode_operator_rollouts_waiting"), 0.0, "instances waiting at the end")?;
 
