@@ -253,7 +253,18 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     rollout::wait_for_busy(ctx, inst, &observed, valid.rollout_busy_deadline, &mut plan).await;
     // A PVC that cannot grow refuses the instance before anything is applied.
     let grown = match &plan.helm {
-        Some(_) => volumes::check(ctx, inst, &plan.values).await?,
+        Some(_) => match volumes::check(ctx, inst, &plan.values).await {
+            Ok(grown) => grown,
+            Err(refused) => {
+                // A size the tenant can set keeps helm from running for as
+                // long as they like: what an approval no longer covers goes
+                // now, as on every other path that applies nothing.
+                if matches!(refused, Error::Blocked { .. }) {
+                    revoke::revoke(ctx, inst, refused.reason()).await?;
+                }
+                return Err(refused);
+            }
+        },
         None => Vec::new(),
     };
     let outcome = execute::execute(ctx, inst, &plan).await?;

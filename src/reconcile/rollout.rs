@@ -112,7 +112,8 @@ pub fn window(f: &Facts<'_>) -> Window {
     // applied: somebody else wrote it (a tenant can, in their namespace). That
     // is a repair, never a wait: else rewriting the mark would restart the
     // wait, and hold a change past any deadline.
-    if f.previous.is_some_and(|r| !r.current.is_empty() && r.current != current) {
+    // A Deployment without the mark is not one the operator rendered either.
+    if current.is_empty() || f.previous.is_some_and(|r| !r.current.is_empty() && r.current != current) {
         return Window::Now(Now::Repair);
     }
     // The same rendering still runs: the wait began when it was first held.
@@ -145,10 +146,15 @@ pub fn settle(window: &Window, answer: &Result<Activity, String>, now: Timestamp
     if now >= *until {
         return Settled::Deadline { since: *since };
     }
+    // Fixed words: the error's text is the tenant's image's to choose, and a
+    // message that changed with it would cost a status write per check.
     let checked = match answer {
-        Ok(_) => "its activity report says busy".to_string(),
-        Err(e) => format!("it was busy, and the last check failed ({e})"),
+        Ok(_) => "its activity report says busy",
+        Err(_) => "it was busy, and the last check failed (the operator's log says why)",
     };
+    if let Err(e) = answer {
+        tracing::info!(error = %e, "a held rollout's activity check failed: it keeps waiting");
+    }
     Settled::Hold(Held {
         current: current.clone(),
         since: *since,
@@ -384,6 +390,9 @@ mod tests {
         assert_eq!(window(&facts(&forged, Some(&held))), Window::Now(Now::Repair));
         // Before status.rendering existed, the Deployment's mark is taken as it is.
         assert!(matches!(window(&facts(&forged, None)), Window::IfBusy { waited: false, .. }));
+        // Without a mark, it is no rendering of the operator's.
+        let unmarked = deployment("", 1);
+        assert_eq!(window(&facts(&unmarked, None)), Window::Now(Now::Repair));
     }
 
     #[test]
@@ -400,10 +409,13 @@ mod tests {
         let since = ts("2026-12-06T09:30:00Z");
         let waiting = window(&facts(&d, Some(&rendering(3, "new", Some("2026-12-06T09:30:00Z")))));
         assert_eq!(settle(&waiting, &busy(false), now, "x"), Settled::Apply { waited_since: Some(since) });
-        match settle(&waiting, &Err("timed out".into()), now, "x") {
-            Settled::Hold(h) => assert!(h.message.contains("timed out"), "{}", h.message),
+        let failed = |e: &str| match settle(&waiting, &Err(e.into()), now, "x") {
+            Settled::Hold(h) => h.message,
             other => panic!("a failed check ended a wait: {other:?}"),
-        }
+        };
+        // The same words whatever the error: status is not rewritten per check.
+        assert!(failed("timed out").contains("the last check failed"));
+        assert_eq!(failed("timed out"), failed("answered 502"));
         let late = ts("2026-12-06T10:30:00Z");
         assert_eq!(settle(&waiting, &busy(true), late, "x"), Settled::Deadline { since });
         assert_eq!(settle(&Window::Now(Now::UserChange), &busy(true), now, "x"), Settled::Apply { waited_since: None });

@@ -189,7 +189,7 @@ pub fn resized(pvcs: &[PersistentVolumeClaim], cli: &str) -> Desired {
 pub async fn check(ctx: &Context, inst: &TinycodeInstance, values: &Values) -> Result<Vec<Growth>, Error> {
     let ns = inst.namespace().unwrap_or_default();
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
+    let classes: Api<StorageClass> = crate::watch_scope::cluster_api(&ctx.client);
     let cli = ctx.settings.platform.cli();
     let mut out = Vec::new();
     for claim in claims(values) {

@@ -20,9 +20,10 @@ use tinycode_operator::api::{RenderingStatus, TinycodeClass, TinycodeInstance};
 use crate::harness::*;
 use crate::idle::Shared;
 
-/// The class's deadline: long enough for the steps before it on a busy
-/// machine, short enough to wait out once.
+/// The class's deadline in the last step, waited out once; the steps before
+/// it run under a deadline of ten minutes, so nothing they see comes from it.
 const DEADLINE_SECONDS: u64 = 40;
+const LONG: &str = "10m";
 
 /// A class change waits for the busy agent and not for the calm one; it
 /// applies when asked, with the user's own change, when the agent is done,
@@ -39,22 +40,19 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     let (c, ns) = (alice.client.clone(), alice.ns.clone());
     let class = format!("{ns}-patient");
     let classes: Api<TinycodeClass> = Api::all(admin.clone());
-    let spec = |cpu: &str| {
-        json!({"tinycode": {"defaults": {"requests": {"cpu": cpu}}},
-               "rollout": {"busyDeadline": format!("{DEADLINE_SECONDS}s")}})
-    };
+    let spec = |cpu: &str, deadline: &str| json!({"tinycode": {"defaults": {"requests": {"cpu": cpu}}}, "rollout": {"busyDeadline": deadline}});
     let body: TinycodeClass = serde_json::from_value(json!({"apiVersion": "tinycode.dev/v1alpha1",
-        "kind": "TinycodeClass", "metadata": {"name": class}, "spec": spec("100m")}))
+        "kind": "TinycodeClass", "metadata": {"name": class}, "spec": spec("100m", LONG)}))
     .ctx("class")?;
     if classes.get_opt(&class).await.ctx("class")?.is_some() {
         classes.delete(&class, &DeleteParams::default()).await.ctx("delete old class")?;
     }
     classes.create(&PostParams::default(), &body).await.ctx("create class")?;
-    let change_class = |cpu: &'static str| {
+    let change_class = |cpu: &'static str, deadline: &'static str| {
         let (classes, class) = (classes.clone(), class.clone());
         async move {
             classes
-                .patch(&class, &PatchParams::default(), &Patch::Merge(json!({"spec": spec(cpu)})))
+                .patch(&class, &PatchParams::default(), &Patch::Merge(json!({"spec": spec(cpu, deadline)})))
                 .await
                 .map(|_| ())
                 .ctx("change the class")
@@ -77,7 +75,7 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     let (busy0, calm0) = (revision("busy")?, revision("calm")?);
 
     // A class change: the calm instance takes it at once, the busy one waits.
-    change_class("110m").await?;
+    change_class("110m", LONG).await?;
     wait_for("the calm instance's upgrade", WAIT, || async { Ok((revision("calm")? == calm0 + 1).then_some(())) })
         .await?;
     let held = waiting(&c, &ns, "busy").await?;
@@ -108,38 +106,50 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         .await
         .ctx("alice rewrites the mark")?;
     applied(env, &c, &ns, "busy", busy0 + 1).await?;
+    // Attack: she edits the pod template and keeps the mark. Also a repair,
+    // applied at once with the change that waits.
+    change_class("112m", LONG).await?;
+    waiting(&c, &ns, "busy").await?;
+    let edit = json!({"spec": {"template": {"metadata": {"annotations": {"alice": "was-here"}}}}});
+    deployments
+        .patch(&naming::fullname("busy"), &PatchParams::default(), &Patch::Merge(edit))
+        .await
+        .ctx("alice edits the pod template")?;
+    applied(env, &c, &ns, "busy", busy0 + 2).await?;
 
     // Asked for: applied now, and the request acknowledged.
-    change_class("115m").await?;
+    change_class("115m", LONG).await?;
     waiting(&c, &ns, "busy").await?;
     annotate(&c, &ns, "busy", "tinycode.dev/rollout-now", "n1").await?;
-    let done = applied(env, &c, &ns, "busy", busy0 + 2).await?;
+    let done = applied(env, &c, &ns, "busy", busy0 + 3).await?;
     ensure_eq(done.last_handled_rollout_now.as_deref(), Some("n1"), "lastHandledRolloutNow")?;
 
     // The user's own change applies at once, with the one that waited.
-    change_class("120m").await?;
+    change_class("120m", LONG).await?;
     waiting(&c, &ns, "busy").await?;
     Api::<TinycodeInstance>::namespaced(c.clone(), &ns)
         .patch("busy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"idle": {"timeout": "8h"}}})))
         .await
         .ctx("the user's change")?;
-    applied(env, &c, &ns, "busy", busy0 + 3).await?;
+    applied(env, &c, &ns, "busy", busy0 + 4).await?;
 
     // The agent is done: applied at the next check, and said so.
-    change_class("130m").await?;
+    change_class("130m", LONG).await?;
     waiting(&c, &ns, "busy").await?;
     answer("busy", false);
-    applied(env, &c, &ns, "busy", busy0 + 4).await?;
+    applied(env, &c, &ns, "busy", busy0 + 5).await?;
     ensure(has_event(&admin, &ns, "busy", "RolloutApplied").await?, "no RolloutApplied event")?;
+    // Each of these applied well before the ten-minute deadline.
+    ensure(!has_event(&admin, &ns, "busy", "RolloutDeadline").await?, "a deadline passed before the last step")?;
 
     // Busy past the deadline: applied then, with a Warning event; not before.
     answer("busy", true);
-    change_class("140m").await?;
+    change_class("140m", "40s").await?;
     let held = waiting(&c, &ns, "busy").await?;
     let since: k8s_openapi::jiff::Timestamp = held.since.as_deref().ok_or("no since")?.parse().ctx("since")?;
     let deadline = Duration::from_secs(DEADLINE_SECONDS);
     let started = Instant::now();
-    applied_within(env, &c, &ns, "busy", busy0 + 5, deadline + WAIT).await?;
+    applied_within(env, &c, &ns, "busy", busy0 + 6, deadline + WAIT).await?;
     let applied_at = k8s_openapi::jiff::Timestamp::now();
     ensure(
         applied_at.duration_since(since).unsigned_abs() >= deadline,

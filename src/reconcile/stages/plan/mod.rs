@@ -309,16 +309,30 @@ pub fn next_action(state: &ReleaseState) -> Option<HelmRun> {
     Some(HelmRun { reason: state.clone(), mode })
 }
 
-/// What drifted since `latest` was deployed: other values, a missing object,
-/// or a write by another manager.
+/// What drifted since `latest` was deployed: a missing object, a write by
+/// another manager, or other values. Repairs come first: other values may
+/// wait for a busy agent (`reconcile/rollout.rs`), a repair never does.
 fn drift(release: &ReleaseFacts, deployment: Option<&Deployment>, values: &Values, latest: &Record) -> Option<Drift> {
     let fullname = naming::fullname(&values.instance.name);
     let ours = || ReleaseObject::Deployment(fullname.clone());
     let Some(deployment) = deployment else { return Some(Drift::Missing(ours())) };
     let applied_hash = deployment.metadata.annotations.as_ref().and_then(|a| a.get(VALUES_HASH_ANNOTATION));
-    if applied_hash != Some(&values.values_hash) {
-        return Some(Drift::ValuesChanged);
+    if let Some(repair) = repair(release, deployment, &fullname, values, latest) {
+        return Some(repair);
     }
+    (applied_hash != Some(&values.values_hash)).then_some(Drift::ValuesChanged)
+}
+
+/// An object of the release missing, or written by another manager since
+/// `latest` was deployed.
+fn repair(
+    release: &ReleaseFacts,
+    deployment: &Deployment,
+    fullname: &str,
+    values: &Values,
+    latest: &Record,
+) -> Option<Drift> {
+    let ours = || ReleaseObject::Deployment(fullname.to_string());
     if let Some(manager) = release::foreign_write_after(&deployment.metadata, latest.created) {
         return Some(Drift::WrittenBy { object: ours(), manager });
     }

@@ -187,6 +187,23 @@ fn the_release_state_follows_the_records_and_the_cluster() {
             }),
         ),
         (
+            "new values and the Deployment edited: the repair comes first (it never waits)",
+            deployed(),
+            Some(deployment("old", vec![managed("helm", 0), managed("kubectl-edit", 5)])),
+            None,
+            ReleaseState::Drifted(Drift::WrittenBy {
+                object: ReleaseObject::Deployment(fullname.clone()),
+                manager: "kubectl-edit".into(),
+            }),
+        ),
+        (
+            "new values and a rendered object missing: the repair comes first",
+            ReleaseFacts { rendered: vec![(svc("dev-tinycode"), None)], ..deployed() },
+            Some(deployment("old", vec![managed("helm", 0)])),
+            None,
+            ReleaseState::Drifted(Drift::Missing(service())),
+        ),
+        (
             "Deployment edited before the release",
             ReleaseFacts {
                 records: vec![release::Record { created: Some(at(10)), ..record(2, Deployed) }],
