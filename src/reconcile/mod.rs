@@ -252,21 +252,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     let mut plan = plan::plan(&valid, &observed, &ctx.settings);
     rollout::wait_for_busy(ctx, inst, &observed, valid.rollout_busy_deadline, &mut plan).await;
     // A PVC that cannot grow refuses the instance before anything is applied.
-    let grown = match &plan.helm {
-        Some(_) => match volumes::check(ctx, inst, &plan.values).await {
-            Ok(grown) => grown,
-            Err(refused) => {
-                // A size the tenant can set keeps helm from running for as
-                // long as they like: what an approval no longer covers goes
-                // now, as on every other path that applies nothing.
-                if matches!(refused, Error::Blocked { .. }) {
-                    revoke::revoke(ctx, inst, refused.reason()).await?;
-                }
-                return Err(refused);
-            }
-        },
-        None => Vec::new(),
-    };
+    let grown = volumes::before_helm(ctx, inst, &plan).await?;
     let outcome = execute::execute(ctx, inst, &plan).await?;
     let storage = volumes::condition(ctx, inst, &plan.values, !grown.is_empty()).await;
     let resizing = storage.as_ref().is_some_and(|c| !c.status);

@@ -184,6 +184,29 @@ pub fn resized(pvcs: &[PersistentVolumeClaim], cli: &str) -> Desired {
     Desired::new(STORAGE_RESIZED, false, reason, format!("growing: {}{next}", waiting.join("; ")))
 }
 
+/// Before a helm run (none: nothing to check): [`check`]. A refusal first
+/// withdraws what approvals no longer cover: a size the tenant sets can keep
+/// helm from running for as long as they like, and some grants go only with
+/// a helm run (a discovery RoleBinding elsewhere).
+pub async fn before_helm(
+    ctx: &Context,
+    inst: &TinycodeInstance,
+    plan: &crate::reconcile::stages::plan::Plan,
+) -> Result<Vec<Growth>, Error> {
+    if plan.helm.is_none() {
+        return Ok(Vec::new());
+    }
+    match check(ctx, inst, &plan.values).await {
+        Ok(grown) => Ok(grown),
+        Err(refused) => {
+            if matches!(refused, Error::Blocked { .. }) {
+                crate::reconcile::revoke::revoke(ctx, inst, refused.reason()).await?;
+            }
+            Err(refused)
+        }
+    }
+}
+
 /// Refuses growth that cannot happen (before anything is applied); returns
 /// the PVCs that grow with this helm run.
 pub async fn check(ctx: &Context, inst: &TinycodeInstance, values: &Values) -> Result<Vec<Growth>, Error> {
