@@ -105,7 +105,7 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         .patch(&naming::fullname("busy"), &PatchParams::default(), &Patch::Merge(forged))
         .await
         .ctx("alice rewrites the mark")?;
-    applied(env, &c, &ns, "busy", busy0 + 1).await?;
+    let (rev, _) = applied(env, &c, &ns, "busy", busy0).await?;
     // Attack: she edits the pod template and keeps the mark. Also a repair,
     // applied at once with the change that waits.
     change_class("112m", LONG).await?;
@@ -115,13 +115,14 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         .patch(&naming::fullname("busy"), &PatchParams::default(), &Patch::Merge(edit))
         .await
         .ctx("alice edits the pod template")?;
-    applied(env, &c, &ns, "busy", busy0 + 2).await?;
+    let (rev, _) = applied(env, &c, &ns, "busy", rev).await?;
 
     // Asked for: applied now, and the request acknowledged.
     change_class("115m", LONG).await?;
     waiting(&c, &ns, "busy").await?;
     annotate(&c, &ns, "busy", "tinycode.dev/rollout-now", "n1").await?;
-    let done = applied(env, &c, &ns, "busy", busy0 + 3).await?;
+    ensure_eq(revision("busy")?, rev, "revision while the change waits")?;
+    let (rev, done) = applied(env, &c, &ns, "busy", rev).await?;
     ensure_eq(done.last_handled_rollout_now.as_deref(), Some("n1"), "lastHandledRolloutNow")?;
 
     // The user's own change applies at once, with the one that waited.
@@ -131,13 +132,15 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
         .patch("busy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"idle": {"timeout": "8h"}}})))
         .await
         .ctx("the user's change")?;
-    applied(env, &c, &ns, "busy", busy0 + 4).await?;
+    ensure_eq(revision("busy")?, rev, "revision while the change waits")?;
+    let (rev, _) = applied(env, &c, &ns, "busy", rev).await?;
 
     // The agent is done: applied at the next check, and said so.
     change_class("130m", LONG).await?;
     waiting(&c, &ns, "busy").await?;
     answer("busy", false);
-    applied(env, &c, &ns, "busy", busy0 + 5).await?;
+    ensure_eq(revision("busy")?, rev, "revision while the change waits")?;
+    let (rev, _) = applied(env, &c, &ns, "busy", rev).await?;
     ensure(has_event(&admin, &ns, "busy", "RolloutApplied").await?, "no RolloutApplied event")?;
     // Each of these applied well before the ten-minute deadline.
     ensure(!has_event(&admin, &ns, "busy", "RolloutDeadline").await?, "a deadline passed before the last step")?;
@@ -149,7 +152,7 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     let since: k8s_openapi::jiff::Timestamp = held.since.as_deref().ok_or("no since")?.parse().ctx("since")?;
     let deadline = Duration::from_secs(DEADLINE_SECONDS);
     let started = Instant::now();
-    applied_within(env, &c, &ns, "busy", busy0 + 6, deadline + WAIT).await?;
+    applied_within(env, &c, &ns, "busy", rev + 1, deadline + WAIT).await?;
     let applied_at = k8s_openapi::jiff::Timestamp::now();
     ensure(
         applied_at.duration_since(since).unsigned_abs() >= deadline,
@@ -176,9 +179,27 @@ async fn waiting(c: &Client, ns: &str, name: &str) -> Result<RenderingStatus, St
     .await
 }
 
-/// Waits until `name`'s release is at `revision` and nothing waits.
-async fn applied(env: &Env, c: &Client, ns: &str, name: &str, revision: i64) -> Result<RenderingStatus, String> {
-    applied_within(env, c, ns, name, revision, WAIT).await
+/// Waits until `name`'s release is past `revision` (a repair of another
+/// manager's write may take more than one helm run, until the cache shows the
+/// new record) and nothing waits; returns the revision and status.rendering.
+async fn applied(env: &Env, c: &Client, ns: &str, name: &str, revision: i64) -> Result<(i64, RenderingStatus), String> {
+    let release = naming::release_name(ns, name);
+    let r = wait_for(&format!("{name} past revision {revision}, nothing waiting"), WAIT, || async {
+        let at = env.release(&release)?.map(|r| r.0).unwrap_or_default();
+        let inst = get_instance(c, ns, name).await?.ok_or("gone")?;
+        let r = inst.status.and_then(|s| s.rendering).unwrap_or_default();
+        Ok((at > revision && r.pending.is_empty() && r.since.is_none()).then_some(r))
+    })
+    .await?;
+    // Settled: the revision holds still for three seconds.
+    let (mut at, mut still) = (0, 0);
+    while still < 3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = env.release(&release)?.map(|r| r.0).unwrap_or_default();
+        still = if now == at { still + 1 } else { 0 };
+        at = now;
+    }
+    Ok((at, r))
 }
 
 async fn applied_within(
