@@ -133,6 +133,7 @@ start_operator() {
 	# in production (docs/monitoring.md).
 	local env=("HELM_BIN=$HELM" "HELM_CHART_PATH=$CHART" "HOME=$OP_TMP" "TMPDIR=$OP_TMP"
 		"TINYCODE_HEALTH_ADDR=$HEALTH" "TINYCODE_METRICS_ADDR=$METRICS" TINYCODE_METRICS_AUTH=none
+		TINYCODE_OIDC_RELAY_ADDR=127.0.0.1:0
 		POD_NAME=bench "RUST_LOG=warn,tinycode_operator::reconcile=info" NO_COLOR=1)
 	# Without the stand-in, a port on loopback that refuses: the default
 	# address (<service>.<namespace>.svc) would be looked up in the machine's

@@ -130,8 +130,13 @@ pub const DEFAULT_ROLLOUT_BUSY_DEADLINE: Duration = Duration::from_secs(3600);
 /// Kubernetes' own default for a Deployment's progress deadline.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u64 = 600;
 
-/// Service (in the operator's namespace) in front of the sign-in relay.
+/// Service (in the operator's namespace) in front of the relay: fronts ask
+/// it to start their idle-stopped instance (every mode), oidc proxies and
+/// gates redeem sign-in codes and ask access reviews there. Its name is
+/// older than the starts.
 pub const OIDC_RELAY_SERVICE: &str = "tinycode-operator-oidc-relay";
+/// The relay's port.
+pub const RELAY_PORT: u16 = 8484;
 
 /// What sign-in pods run, and the provider oidc instances use.
 #[derive(Clone, Debug)]
@@ -147,6 +152,8 @@ pub struct SigninSettings {
     /// stopped (password mode too); off, a password instance's URL reaches
     /// tinycode directly and a stopped instance's URL answers nothing.
     pub front: bool,
+    /// Where instance pods reach the operator's relay (no trailing slash).
+    pub relay_url: String,
 }
 
 impl Default for SigninSettings {
@@ -158,6 +165,7 @@ impl Default for SigninSettings {
             gate_image: DEFAULT_GATE_IMAGE.into(),
             access_cache: Duration::from_secs(30),
             front: true,
+            relay_url: format!("http://{OIDC_RELAY_SERVICE}.{DEFAULT_OPERATOR_NAMESPACE}.svc:{RELAY_PORT}"),
         }
     }
 }
@@ -182,8 +190,6 @@ pub struct OidcSettings {
     pub username_prefix: String,
     pub groups_claim: String,
     pub groups_prefix: String,
-    /// Where instance pods reach the relay (no trailing slash).
-    pub relay_url: String,
 }
 
 impl Default for Settings {

@@ -818,7 +818,6 @@ fn signin_settings() -> (Settings, Approved) {
         username_prefix: String::new(),
         groups_prefix: String::new(),
         groups_claim: "groups".into(),
-        relay_url: "http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484".into(),
     };
     let settings = Settings { signin: SigninSettings { oidc: Some(oidc), ..Default::default() }, ..Default::default() };
     let approved = Approved {
@@ -907,10 +906,27 @@ fn password_mode_fronts_tinycode_with_the_gate_alone() {
     assert!(args(gate).contains(&"--mode=password".to_string()));
     assert!(args(gate).contains(&format!("--password-secret={}", v.auth.password_secret)));
     assert_eq!(gate["lifecycle"]["preStop"]["sleep"]["seconds"], 5);
-    // The gate's volume: the password alone (no CA, no relay credential).
+    // The gate's volume: the start credential of the front's Secret and the
+    // password (no CA, no relay credential).
     let sources = pod["volumes"][0]["projected"]["sources"].as_array().unwrap();
-    assert_eq!(sources.len(), 1, "{sources:?}");
-    assert_eq!(sources[0]["secret"]["name"], v.auth.password_secret.as_str());
+    assert_eq!(sources.len(), 2, "{sources:?}");
+    assert_eq!(
+        sources[0]["secret"],
+        json!({"name": "dev-tinycode-signin",
+        "items": [{"key": "start-credential", "path": "start-credential"}]})
+    );
+    assert_eq!(sources[1]["secret"]["name"], v.auth.password_secret.as_str());
+    assert!(
+        args(gate).contains(&"--start-credential-file=/var/run/secrets/tinycode/gate/start-credential".to_string())
+    );
+    assert!(
+        args(gate).contains(
+            &"--start-url=http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484/start/team/dev"
+                .to_string()
+        ),
+        "{:?}",
+        args(gate)
+    );
     assert_eq!(pod["volumes"].as_array().unwrap().len(), 1);
     let service = find(&docs, "Service", "dev-tinycode");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "front");
@@ -1051,12 +1067,10 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
         args(gate).contains(&"--relay-credential-file=/var/run/secrets/tinycode/gate/relay-credential".to_string())
     );
     // An idle-stopped instance is started through the relay, as itself.
-    assert!(
-        args(gate).contains(
-            &"--start-url=http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484/oidc/start/team/dev"
-                .to_string()
-        )
-    );
+    assert!(args(gate).contains(
+        &"--start-url=http://tinycode-operator-oidc-relay.tinycode-operator-system.svc:8484/start/team/dev".to_string()
+    ));
+    assert!(sources.iter().any(|s| s["secret"]["items"][0]["key"] == "start-credential"), "{sources:?}");
 }
 
 /// The sign-in proxy's error page names the instance and uses only what

@@ -57,11 +57,16 @@ pub struct GateArgs {
     /// (<relay>/oidc/review/<namespace>/<instance>).
     #[arg(long)]
     pub review_url: Option<String>,
-    /// oidc: the operator relay's start endpoint for this instance
-    /// (<relay>/oidc/start/<namespace>/<instance>): an allowed user opening
-    /// it while it is stopped for idleness starts it.
+    /// The operator relay's start endpoint for this instance
+    /// (<relay>/start/<namespace>/<instance>): whoever the gate lets in
+    /// (an allowed user, or with the password) opening it while it is
+    /// stopped for idleness starts it.
     #[arg(long)]
     pub start_url: Option<String>,
+    /// The instance's start credential (from the front's Secret), presented
+    /// at --start-url; re-read on every request to start.
+    #[arg(long, default_value = "/var/run/secrets/tinycode/gate/start-credential")]
+    pub start_credential_file: PathBuf,
     /// oidc: the instance's relay credential (from its sign-in Secret), re-read on every review.
     #[arg(long, default_value = "/var/run/secrets/tinycode/gate/relay-credential")]
     pub relay_credential_file: PathBuf,
@@ -103,6 +108,7 @@ impl GateArgs {
             review_url: self.review_url.clone().filter(|s| !s.is_empty()),
             relay_credential_file: self.relay_credential_file.clone(),
             start_url: self.start_url.clone().filter(|s| !s.is_empty()),
+            start_credential_file: self.start_credential_file.clone(),
             ca_file: self.ca_file.clone(),
             api_server: self.api_server.clone().filter(|s| !s.is_empty()),
             password_file: nonempty(&self.password_file),

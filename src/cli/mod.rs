@@ -311,9 +311,11 @@ pub struct SigninArgs {
     /// Prefix the cluster puts before OIDC group names (its --oidc-groups-prefix).
     #[arg(long, global = true, env = "TINYCODE_OIDC_GROUPS_PREFIX")]
     pub oidc_groups_prefix: Option<String>,
-    /// Base URL at which instance pods reach the operator's sign-in relay
+    /// Base URL at which instance pods reach the operator's relay, where
+    /// fronts ask to start their idle-stopped instance (every mode) and oidc
+    /// instances sign users in
     /// [default: http://tinycode-operator-oidc-relay.<operator namespace>.svc:8484].
-    #[arg(long, global = true, env = "TINYCODE_OIDC_RELAY_URL")]
+    #[arg(long, global = true, env = "TINYCODE_OIDC_RELAY_URL", alias = "relay-url")]
     pub oidc_relay_url: Option<String>,
     /// oauth2-proxy image (auth.mode oidc).
     #[arg(
@@ -369,14 +371,6 @@ impl SigninArgs {
                 username_prefix: self.oidc_username_prefix.clone().unwrap_or_default(),
                 groups_claim: self.oidc_groups_claim.clone(),
                 groups_prefix: self.oidc_groups_prefix.clone().unwrap_or_default(),
-                relay_url: self
-                    .oidc_relay_url
-                    .clone()
-                    .filter(|u| !u.trim().is_empty())
-                    .map(|u| u.trim().trim_end_matches('/').to_string())
-                    .unwrap_or_else(|| {
-                        format!("http://{}.{operator_namespace}.svc:8484", crate::settings::OIDC_RELAY_SERVICE)
-                    }),
             })
         } else {
             None
@@ -388,6 +382,15 @@ impl SigninArgs {
             gate_image: self.gate_image.clone(),
             access_cache: Duration::from_secs(self.access_cache_seconds),
             front: self.front,
+            relay_url: self
+                .oidc_relay_url
+                .clone()
+                .filter(|u| !u.trim().is_empty())
+                .map(|u| u.trim().trim_end_matches('/').to_string())
+                .unwrap_or_else(|| {
+                    use crate::settings::{OIDC_RELAY_SERVICE, RELAY_PORT};
+                    format!("http://{OIDC_RELAY_SERVICE}.{operator_namespace}.svc:{RELAY_PORT}")
+                }),
         })
     }
 }
@@ -423,10 +426,11 @@ pub struct RunArgs {
     /// Address of /metrics.
     #[arg(long, global = true, env = "TINYCODE_METRICS_ADDR", default_value = "0.0.0.0:8383")]
     pub metrics_addr: std::net::SocketAddr,
-    /// Address of the sign-in relay (POST /oidc/token/...), served when
-    /// --oidc-issuer-url is set: oidc instances' proxies redeem sign-in codes
-    /// there, and the operator adds the client secret they never hold.
-    #[arg(long, global = true, env = "TINYCODE_OIDC_RELAY_ADDR", default_value = "0.0.0.0:8484")]
+    /// Address of the relay: fronts ask there to start their idle-stopped
+    /// instance (POST /start/..., every mode); with --oidc-issuer-url, oidc
+    /// instances' proxies also redeem sign-in codes there (the operator adds
+    /// the client secret they never hold) and their gates ask access reviews.
+    #[arg(long, global = true, env = "TINYCODE_OIDC_RELAY_ADDR", default_value = "0.0.0.0:8484", alias = "relay-addr")]
     pub oidc_relay_addr: std::net::SocketAddr,
     /// Who may read /metrics: rbac, a caller whose bearer token a TokenReview
     /// authenticates and a SubjectAccessReview allows `get` on the non-resource

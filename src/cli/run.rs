@@ -107,8 +107,8 @@ async fn prepare_cluster(client: &kube::Client, settings: &mut Settings) -> Resu
     Ok(())
 }
 
-/// What every replica serves, leader or not: health, metrics and the OIDC
-/// sign-in relay.
+/// What every replica serves, leader or not: health, metrics and the relay
+/// (starts, and OIDC sign-in).
 async fn serve_beside(
     args: &RunArgs,
     client: &kube::Client,
@@ -129,23 +129,24 @@ async fn serve_beside(
     crate::ops::health::serve(args.health_addr, args.metrics_addr, health.clone(), metrics.clone(), gate)
         .await
         .map_err(|e| fail(1, "cannot listen for health or metrics", e))?;
-    let Some(oidc) = settings.signin.oidc.clone() else { return Ok(()) };
-    let provider = crate::signin::oidc::Provider::new(oidc);
-    tracing::info!(addr = %args.oidc_relay_addr, issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
-    let relay = crate::signin::oidc::Relay::new(
-        provider,
-        Arc::new(crate::signin::oidc::CachedInstances::start(client, &settings.watch_scope)),
-        Arc::new(crate::signin::oidc::KubeAccessReviews { client: client.clone() }),
-    )
-    .with_starts(Arc::new(crate::signin::start::KubeStarts { client: client.clone() }));
+    // The relay: fronts of every mode start their idle-stopped instance
+    // here; oidc instances also sign users in through it.
+    let instances = Arc::new(crate::signin::oidc::CachedInstances::start(client, &settings.watch_scope));
+    let starts = Arc::new(crate::signin::start::KubeStarts { client: client.clone() });
+    let starter = Arc::new(crate::signin::start::Starter::new(instances.clone(), starts));
+    let mut router = crate::signin::start::start_router(settings.digest_key.0.clone(), starter.clone());
+    if let Some(oidc) = settings.signin.oidc.clone() {
+        let provider = crate::signin::oidc::Provider::new(oidc);
+        tracing::info!(issuer = %provider.settings().issuer_url, "OIDC sign-in relay");
+        let reviews = Arc::new(crate::signin::oidc::KubeAccessReviews { client: client.clone() });
+        let relay = crate::signin::oidc::Relay::new(provider, instances, reviews).with_starts(starter);
+        router = router.merge(crate::signin::oidc::relay_router(relay));
+    }
+    tracing::info!(addr = %args.oidc_relay_addr, "relay");
     let listener = tokio::net::TcpListener::bind(args.oidc_relay_addr)
         .await
-        .map_err(|e| fail(1, "cannot listen for the OIDC relay (--oidc-relay-addr)", e))?;
-    tokio::spawn(crate::ops::http_server::serve(
-        listener,
-        crate::signin::oidc::relay_router(relay),
-        crate::signin::oidc::RELAY_LIMITS,
-    ));
+        .map_err(|e| fail(1, "cannot listen for the relay (--oidc-relay-addr)", e))?;
+    tokio::spawn(crate::ops::http_server::serve(listener, router, crate::signin::oidc::RELAY_LIMITS));
     Ok(())
 }
 

@@ -34,6 +34,9 @@
 //! | an allowed user                                      | the tinycode server's answer  |
 //! | an allowed user, no connection to the server         | 503: starting (the page reloads), or stopped and how to start it (`--agent`); idle-stopped with `--start-url`: started (`wake.rs`) |
 //!
+//! In password mode a caller with the password who finds the server down
+//! gets the same pages, and starts an idle-stopped instance the same way.
+//!
 //! Refused requests never reach the server. Decisions (allowed and
 //! refused) are cached for `--cache-seconds` (at most 60, so a revoked
 //! RoleBinding takes effect within a minute) by the SHA-256 of the user and
@@ -274,9 +277,11 @@ pub struct Settings {
     pub review_url: Option<String>,
     /// oidc: the instance's relay credential.
     pub relay_credential_file: PathBuf,
-    /// oidc: the operator relay's start endpoint for this instance (None:
-    /// an idle-stopped instance is not started by its users' requests).
+    /// The operator relay's start endpoint for this instance (None: an
+    /// idle-stopped instance is not started by its users' requests).
     pub start_url: Option<String>,
+    /// The instance's start credential, presented at `start_url`.
+    pub start_credential_file: PathBuf,
     pub ca_file: PathBuf,
     /// `None`: from KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT.
     pub api_server: Option<String>,
@@ -331,7 +336,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let mut service = GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone())
         .with_password_secret(settings.password_secret.clone());
     if let Some(url) = &settings.start_url {
-        service = service.with_waker(wake::Waker::new(url, &settings.relay_credential_file)?);
+        service = service.with_waker(wake::Waker::new(url, &settings.start_credential_file)?);
     }
     let service = Arc::new(service);
     let listener =

@@ -202,16 +202,14 @@ async fn an_allowed_user_learns_why_the_server_does_not_answer() {
     }
 }
 
-/// An idle-stopped instance opened by allowed users is started: the relay
-/// is asked (with the instance's credential) once for a burst of requests,
-/// and each user is told it is starting; a user not allowed starts nothing.
-#[tokio::test]
-async fn allowed_users_start_an_idle_instance_and_others_do_not() {
+/// A stand-in of the operator's relay at `path`: it records the credential
+/// of each request to start, and answers "starting" after a pause.
+async fn relay_stand_in(path: &'static str) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     use axum::routing::post;
     let asked: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = asked.clone();
     let relay = axum::Router::new().route(
-        "/oidc/start/team-a/ide",
+        path,
         post(move |headers: HeaderMap| {
             let seen = seen.clone();
             async move {
@@ -225,21 +223,35 @@ async fn allowed_users_start_an_idle_instance_and_others_do_not() {
     let relay_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let relay_addr = relay_listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(relay_listener, relay).await.unwrap() });
+    (relay_addr, asked)
+}
 
-    let (_held, nowhere) = nothing_listens();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("relay-credential"), "trc1.ide\n").unwrap();
+/// The gate in front of nothing (`nowhere`), idle-stopped, waking through
+/// the relay at `relay`: its address.
+async fn idle_front(gate: Gate, nowhere: SocketAddr, relay: SocketAddr, dir: &std::path::Path) -> SocketAddr {
+    std::fs::write(dir.join("start-credential"), "tsc1.ide\n").unwrap();
     let upstream = Upstream::new(&format!("http://{nowhere}"), Password::new(None)).unwrap();
     let target = Target { namespace: "team-a".into(), instance: "ide".into() };
-    let gate = Gate::new(Mode::Oidc, Prefixes::default(), Fake::new(&["alice"]), Duration::from_secs(30));
-    let waker =
-        wake::Waker::new(&format!("http://{relay_addr}/oidc/start/team-a/ide"), &dir.path().join("relay-credential"))
-            .unwrap();
+    let waker = wake::Waker::new(&format!("http://{relay}/start/team-a/ide"), &dir.join("start-credential")).unwrap();
     let tracker = Arc::new(activity::Tracker::new(None));
     let service = GateService::new(gate, upstream, target, AgentState::Idle, tracker).with_waker(waker);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(listener, Arc::new(service)));
+    addr
+}
+
+/// An idle-stopped instance opened by allowed users is started: the relay
+/// is asked (with the instance's start credential) once for a burst of
+/// requests, and each user is told it is starting; a user not allowed
+/// starts nothing.
+#[tokio::test]
+async fn allowed_users_start_an_idle_instance_and_others_do_not() {
+    let (relay_addr, asked) = relay_stand_in("/start/team-a/ide").await;
+    let (_held, nowhere) = nothing_listens();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Gate::new(Mode::Oidc, Prefixes::default(), Fake::new(&["alice"]), Duration::from_secs(30));
+    let addr = idle_front(gate, nowhere, relay_addr, dir.path()).await;
 
     let carol = get(addr, "/", &[("X-Forwarded-User", "carol"), ("Accept", "text/html")]).await;
     assert!(carol.starts_with("HTTP/1.1 403"), "{carol}");
@@ -254,7 +266,42 @@ async fn allowed_users_start_an_idle_instance_and_others_do_not() {
         let page = page.await.unwrap();
         assert!(page.starts_with("HTTP/1.1 503") && page.contains("is starting"), "{page}");
     }
-    assert_eq!(asked.lock().unwrap().clone(), vec!["Bearer trc1.ide".to_string()], "asked once, as the instance");
+    assert_eq!(asked.lock().unwrap().clone(), vec!["Bearer tsc1.ide".to_string()], "asked once, as the instance");
+}
+
+/// Password mode: whoever has the password starts the idle-stopped instance
+/// (once for a burst), as the instance; without it, or with a wrong one,
+/// the prompt comes back and nothing is started.
+#[tokio::test]
+async fn the_passwords_holder_starts_an_idle_instance_and_nobody_else_does() {
+    use base64::Engine;
+    let (relay_addr, asked) = relay_stand_in("/start/team-a/ide").await;
+    let (_held, nowhere) = nothing_listens();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("password"), "s3cret").unwrap();
+    let gate = Gate::password(Password::new(Some(dir.path().join("password"))));
+    let addr = idle_front(gate, nowhere, relay_addr, dir.path()).await;
+    let basic = |pw: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("me:{pw}")));
+
+    let wrong = basic("guess");
+    for headers in [vec![("Accept", "text/html")], vec![("Accept", "text/html"), ("Authorization", wrong.as_str())]] {
+        let page = get(addr, "/", &headers).await;
+        assert!(page.starts_with("HTTP/1.1 401") && !page.contains("is starting"), "{page}");
+    }
+    assert!(asked.lock().unwrap().is_empty(), "no password, no start");
+
+    let right = basic("s3cret");
+    let burst: Vec<_> = (0..20)
+        .map(|_| {
+            let right = right.clone();
+            tokio::spawn(async move { get(addr, "/", &[("Authorization", &right), ("Accept", "text/html")]).await })
+        })
+        .collect();
+    for page in burst {
+        let page = page.await.unwrap();
+        assert!(page.starts_with("HTTP/1.1 503") && page.contains("is starting"), "{page}");
+    }
+    assert_eq!(asked.lock().unwrap().clone(), vec!["Bearer tsc1.ide".to_string()], "asked once, as the instance");
 }
 
 /// An address where nothing listens, for as long as the socket is held: it

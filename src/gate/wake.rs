@@ -1,8 +1,10 @@
-//! Starting the instance when an allowed user opens it while it is stopped
+//! Starting the instance when someone the gate lets in (an allowed user, or
+//! in password mode whoever has the password) opens it while it is stopped
 //! for idleness: the gate asks the operator's relay
-//! (`POST <relay>/oidc/start/<namespace>/<name>`, `--start-url`) with the
-//! instance's relay credential, never anything of the user's, and tells the
-//! user what the relay answered: starting, or stopped by spec.stopped.
+//! (`POST <relay>/start/<namespace>/<name>`, `--start-url`) with the
+//! instance's start credential (`--start-credential-file`), never anything
+//! of the user's, and tells the user what the relay answered: starting, or
+//! stopped by spec.stopped.
 //!
 //! The relay is asked at most once per [`ASK_EVERY`], one request at a
 //! time; meanwhile every request gets the last answer. A relay that does not
@@ -68,9 +70,9 @@ impl Waker {
     }
 
     async fn ask(&self) -> Result<AgentState, String> {
-        // Read each time: a rotated client secret changes the credential.
+        // Read each time: a rotated key changes the credential.
         let credential = std::fs::read_to_string(&self.credential_file)
-            .map_err(|e| format!("cannot read the relay credential {}: {e}", self.credential_file.display()))?;
+            .map_err(|e| format!("cannot read the start credential {}: {e}", self.credential_file.display()))?;
         let answer = self
             .http
             .post(&self.url)
@@ -83,7 +85,7 @@ impl Waker {
             return Err(format!("the operator's relay answered HTTP {status}"));
         }
         let bytes = answer.bytes().await.map_err(|e| format!("the operator's relay's answer: {e}"))?;
-        let answer: crate::signin::oidc::StartAnswer =
+        let answer: crate::signin::start::StartAnswer =
             serde_json::from_slice(&bytes).map_err(|e| format!("the operator's relay's answer: {e}"))?;
         match answer.state.as_str() {
             "starting" => Ok(AgentState::Runs),

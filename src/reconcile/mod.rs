@@ -247,7 +247,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     let (valid, observed) = match verdict {
         admit::Verdict::Admitted(admitted) => *admitted,
         admit::Verdict::Suspended => return suspended(ctx, inst).await,
-        admit::Verdict::Refused(refusal) => return Err(refusal.into()),
+        admit::Verdict::Refused(refusal) => return Err(refused(ctx, inst, refusal)),
     };
     let mut plan = plan::plan(&valid, &observed, &ctx.settings);
     rollout::wait_for_busy(ctx, inst, &observed, valid.rollout_busy_deadline, &mut plan).await;
@@ -351,9 +351,17 @@ async fn announce(ctx: &Context, inst: &TinycodeInstance, plan: &plan::Plan, st:
     }
 }
 
+/// A refused spec: nothing rolls out, so nothing waits for a busy agent.
+fn refused(ctx: &Context, inst: &TinycodeInstance, refusal: admit::Refusal) -> Error {
+    ctx.metrics.rollout_waits(&instance_key(inst), false);
+    refusal.into()
+}
+
 /// `spec.suspend`: what runs stays as it is (unless required idle stop stops
 /// it), status says so.
 async fn suspended(ctx: &Context, inst: &TinycodeInstance) -> Result<Action, Error> {
+    // Nothing rolls out while suspended, so nothing waits for a busy agent.
+    ctx.metrics.rollout_waits(&instance_key(inst), false);
     let deployment = ctx.stores.deployments.get(
         &ObjectRef::new(&crate::api::naming::fullname(&inst.name_any())).within(&inst.namespace().unwrap_or_default()),
     );

@@ -39,6 +39,9 @@ pub const SIGNIN_PAGES_MOUNT: &str = "/etc/tinycode/signin-pages";
 pub const COOKIE_SECRET_KEY: &str = "cookie-secret";
 /// Key of the sign-in Secret holding the oidc instance's relay credential.
 pub const RELAY_CREDENTIAL_KEY: &str = "relay-credential";
+/// Key of the front's Secret (the sign-in Secret; in password mode it holds
+/// this key alone) holding the instance's start credential.
+pub const START_CREDENTIAL_KEY: &str = "start-credential";
 /// Where the gate container finds its projected volume (API token, CA, password).
 pub const GATE_MOUNT: &str = "/var/run/secrets/tinycode/gate";
 /// Path of oauth2-proxy's OAuth callback (OpenShift's oauth-proxy serves `/oauth/callback`).
@@ -69,22 +72,44 @@ pub struct OidcEndpoints {
 /// instance. Rotating the client secret rotates every credential (the
 /// operator rewrites the Secrets, which rolls the pods).
 pub fn relay_credential(client_secret: &[u8], namespace: &str, name: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(client_secret).expect("HMAC takes any key length");
-    mac.update(b"tinycode relay credential v1\0");
-    mac.update(namespace.as_bytes());
-    mac.update(b"\0");
-    mac.update(name.as_bytes());
-    format!("trc1.{}", hex::encode(mac.finalize().into_bytes()))
+    format!("trc1.{}", hex::encode(instance_mac(client_secret, RELAY_LABEL, namespace, name).finalize().into_bytes()))
 }
 
 /// Whether `presented` is the credential of `namespace/name` (constant time).
 pub fn relay_credential_matches(client_secret: &[u8], namespace: &str, name: &str, presented: &str) -> bool {
-    let mut mac = Hmac::<Sha256>::new_from_slice(client_secret).expect("HMAC takes any key length");
-    mac.update(b"tinycode relay credential v1\0");
+    mac_matches(instance_mac(client_secret, RELAY_LABEL, namespace, name), "trc1.", presented)
+}
+
+/// The credential a front presents to the relay to start its own
+/// idle-stopped instance (every mode, [`START_CREDENTIAL_KEY`] of the front's
+/// Secret): an HMAC of the instance's identity keyed with the operator's
+/// digest key, which never leaves the operator's namespace. Whoever reads it
+/// (a tenant who may read the namespace's Secrets, who may start the
+/// instance anyway) can start that one instance and nothing else.
+pub fn start_credential(key: &[u8], namespace: &str, name: &str) -> String {
+    format!("tsc1.{}", hex::encode(instance_mac(key, START_LABEL, namespace, name).finalize().into_bytes()))
+}
+
+/// Whether `presented` is the start credential of `namespace/name` (constant time).
+pub fn start_credential_matches(key: &[u8], namespace: &str, name: &str, presented: &str) -> bool {
+    mac_matches(instance_mac(key, START_LABEL, namespace, name), "tsc1.", presented)
+}
+
+/// Each credential's own label: one is never the other, whatever the keys.
+const RELAY_LABEL: &[u8] = b"tinycode relay credential v1\0";
+const START_LABEL: &[u8] = b"tinycode start credential v1\0";
+
+fn instance_mac(key: &[u8], label: &[u8], namespace: &str, name: &str) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(label);
     mac.update(namespace.as_bytes());
     mac.update(b"\0");
     mac.update(name.as_bytes());
-    let Some(hex_part) = presented.strip_prefix("trc1.") else { return false };
+    mac
+}
+
+fn mac_matches(mac: Hmac<Sha256>, prefix: &str, presented: &str) -> bool {
+    let Some(hex_part) = presented.strip_prefix(prefix) else { return false };
     let Ok(bytes) = hex::decode(hex_part) else { return false };
     mac.verify_slice(&bytes).is_ok()
 }
@@ -94,9 +119,9 @@ pub fn relay_review_url(relay_url: &str, namespace: &str, name: &str) -> String 
     format!("{relay_url}/oidc/review/{namespace}/{name}")
 }
 
-/// The relay's start endpoint for one instance's gate.
+/// The relay's start endpoint for one instance's front (every mode).
 pub fn relay_start_url(relay_url: &str, namespace: &str, name: &str) -> String {
-    format!("{relay_url}/oidc/start/{namespace}/{name}")
+    format!("{relay_url}/start/{namespace}/{name}")
 }
 
 /// The relay's token endpoint for one instance.
@@ -108,7 +133,13 @@ pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
 /// mounted sign-in Secret, never from the command line. Discovery is off:
 /// the operator read the provider's endpoints and names them, so the token
 /// endpoint can be the relay, which adds the client secret on the way.
-pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpoints: &OidcEndpoints) -> Vec<String> {
+pub fn oauth2_proxy_args(
+    namespace: &str,
+    name: &str,
+    oidc: &OidcSettings,
+    relay_url: &str,
+    endpoints: &OidcEndpoints,
+) -> Vec<String> {
     let arg = |k: &str, v: &str| format!("--{k}={v}");
     let mut args = vec![
         arg("provider", "oidc"),
@@ -117,7 +148,7 @@ pub fn oauth2_proxy_args(namespace: &str, name: &str, oidc: &OidcSettings, endpo
         arg("oidc-issuer-url", &endpoints.issuer),
         arg("skip-oidc-discovery", "true"),
         arg("login-url", &endpoints.authorization),
-        arg("redeem-url", &relay_token_url(&oidc.relay_url, namespace, name)),
+        arg("redeem-url", &relay_token_url(relay_url, namespace, name)),
         arg("oidc-jwks-url", &endpoints.jwks),
         arg("client-id", &oidc.client_id),
         arg("client-secret-file", &format!("{SIGNIN_MOUNT}/{RELAY_CREDENTIAL_KEY}")),
@@ -253,9 +284,14 @@ pub fn gate_args(
     if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
         args.push(arg("username-prefix", &oidc.username_prefix));
         args.push(arg("groups-prefix", &oidc.groups_prefix));
-        args.push(arg("review-url", &relay_review_url(&oidc.relay_url, namespace, name)));
-        args.push(arg("start-url", &relay_start_url(&oidc.relay_url, namespace, name)));
+        args.push(arg("review-url", &relay_review_url(&signin.relay_url, namespace, name)));
         args.push(arg("relay-credential-file", &format!("{GATE_MOUNT}/{RELAY_CREDENTIAL_KEY}")));
+    }
+    // An idle-stopped instance is started by whoever the front lets in. Off
+    // without the front: a sign-in front then scales to zero with the agent.
+    if signin.front {
+        args.push(arg("start-url", &relay_start_url(&signin.relay_url, namespace, name)));
+        args.push(arg("start-credential-file", &format!("{GATE_MOUNT}/{START_CREDENTIAL_KEY}")));
     }
     args
 }
@@ -312,9 +348,10 @@ mod tests {
             username_prefix: "oidc:".into(),
             groups_claim: "groups".into(),
             groups_prefix: "oidc:".into(),
-            relay_url: "http://relay.ops.svc:8484".into(),
         }
     }
+
+    const RELAY: &str = "http://relay.ops.svc:8484";
 
     fn endpoints() -> OidcEndpoints {
         OidcEndpoints {
@@ -339,7 +376,7 @@ mod tests {
 
     #[test]
     fn oauth2_proxy_never_sees_the_client_secret_and_redeems_at_the_relay() {
-        let args = oauth2_proxy_args("team1", "dev", &oidc(), &endpoints());
+        let args = oauth2_proxy_args("team1", "dev", &oidc(), RELAY, &endpoints());
         assert!(args.contains(&"--redeem-url=http://relay.ops.svc:8484/oidc/token/team1/dev".to_string()));
         assert!(args.contains(&"--client-secret-file=/etc/tinycode/signin/relay-credential".to_string()));
         assert!(args.contains(&"--skip-oidc-discovery=true".to_string()));
@@ -364,8 +401,8 @@ mod tests {
 
     #[test]
     fn cookies_are_named_per_instance() {
-        let a = oauth2_proxy_args("team1", "dev", &oidc(), &endpoints());
-        let b = oauth2_proxy_args("team2", "dev", &oidc(), &endpoints());
+        let a = oauth2_proxy_args("team1", "dev", &oidc(), RELAY, &endpoints());
+        let b = oauth2_proxy_args("team2", "dev", &oidc(), RELAY, &endpoints());
         let cookie = |args: &[String]| args.iter().find(|a| a.starts_with("--cookie-name=")).cloned().unwrap();
         assert_ne!(cookie(&a), cookie(&b));
     }
@@ -395,9 +432,38 @@ mod tests {
         assert!(args.contains(&"--agent=stopped".to_string()));
         assert!(args.contains(&"--password-secret=mine".to_string()));
         assert!(args.contains(&format!("--password-file={GATE_MOUNT}/password")));
-        // No review and no relay: nothing a password instance does not use.
-        for absent in ["--review-url", "--start-url", "--relay-credential-file", "--ca-file", "--cache-seconds"] {
+        // No review: nothing a password instance does not use.
+        for absent in ["--review-url", "--relay-credential-file", "--ca-file", "--cache-seconds"] {
             assert!(!args.iter().any(|a| a.starts_with(absent)), "{absent} in {args:?}");
         }
+    }
+
+    /// Every mode's front asks the relay to start its idle-stopped instance,
+    /// with the start credential; without the front nothing asks.
+    #[test]
+    fn every_front_may_ask_to_start_its_instance() {
+        for mode in [AuthMode::Password, AuthMode::Openshift, AuthMode::Oidc] {
+            let signin = SigninSettings { oidc: Some(oidc()), relay_url: RELAY.into(), ..Default::default() };
+            let args = gate_args(mode, "team1", "dev", AgentState::Idle, "mine", &signin);
+            assert!(args.contains(&format!("--start-url={RELAY}/start/team1/dev")), "{mode:?}: {args:?}");
+            assert!(args.contains(&format!("--start-credential-file={GATE_MOUNT}/start-credential")), "{args:?}");
+            let off = SigninSettings { front: false, ..signin };
+            let args = gate_args(mode, "team1", "dev", AgentState::Idle, "mine", &off);
+            assert!(!args.iter().any(|a| a.starts_with("--start")), "{mode:?} without a front: {args:?}");
+        }
+    }
+
+    #[test]
+    fn start_credentials_are_per_instance_and_never_a_relay_credential() {
+        let a = start_credential(b"key", "team1", "dev");
+        assert!(a.starts_with("tsc1."), "{a}");
+        assert!(start_credential_matches(b"key", "team1", "dev", &a));
+        assert!(!start_credential_matches(b"key", "team1", "prod", &a));
+        assert!(!start_credential_matches(b"key", "team1d", "ev", &start_credential(b"key", "team1", "dev")));
+        assert!(!start_credential_matches(b"other", "team1", "dev", &a));
+        // The same key and instance: the other credential's MAC is not this one.
+        let relay = relay_credential(b"key", "team1", "dev");
+        assert!(!start_credential_matches(b"key", "team1", "dev", &relay.replacen("trc1.", "tsc1.", 1)));
+        assert!(!relay_credential_matches(b"key", "team1", "dev", &a.replacen("tsc1.", "trc1.", 1)));
     }
 }

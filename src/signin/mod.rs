@@ -1,8 +1,9 @@
 //! Sign-in through the cluster's identity (README.md, "Sign-in"): the part
 //! that runs in the operator. [`oidc`] holds the cluster-admin's OpenID
 //! Connect provider (its endpoints and client secret) and the relay through
-//! which instance pods redeem sign-in codes, ask for access reviews and ask
-//! to start their idle-stopped instance ([`start`]).
+//! which oidc instance pods redeem sign-in codes and ask for access reviews;
+//! [`start`] the relay's route through which every mode's front asks to
+//! start its idle-stopped instance (served with or without a provider).
 //!
 //! The other parts of sign-in live in the layer that does their kind of work:
 //! - what a sign-in pod is given: `render/signin.rs` (the proxy's values, the

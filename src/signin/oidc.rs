@@ -26,7 +26,8 @@ use futures::StreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::start::{Recent, Starts};
+use super::start::Starter;
+pub use super::start::{Instances, RelayTarget, bearer};
 use crate::api::{AuthMode, TinycodeInstance};
 use crate::render::signin::{self, OidcEndpoints};
 use crate::settings::OidcSettings;
@@ -180,21 +181,6 @@ async fn read_bounded(mut response: reqwest::Response, max: usize) -> Result<Vec
         out.extend_from_slice(&chunk);
     }
     Ok(out)
-}
-
-/// What the relay needs to know of an instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RelayTarget {
-    pub mode: AuthMode,
-    /// The instance's URL (status.url), whose host the callback must use.
-    pub url: Option<String>,
-    /// Whether it runs, else why not (a request to start it reads this).
-    pub agent: super::start::Agent,
-}
-
-/// Looks instances up for the relay.
-pub trait Instances: Send + Sync {
-    fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>>;
 }
 
 /// Instances from a watch of their own, cut down to what the relay reads
@@ -667,9 +653,8 @@ pub struct Relay {
     refusals: Arc<RefusalLog>,
     namespaces: Arc<NamespaceSlots>,
     reviewing: Arc<NamespaceSlots>,
-    /// Writes a start annotation (None: the relay starts nothing).
-    starts: Option<Arc<dyn Starts>>,
-    started: Arc<Recent>,
+    /// Starts instances (None: the relay starts nothing).
+    starts: Option<Arc<Starter>>,
 }
 
 impl Relay {
@@ -683,13 +668,13 @@ impl Relay {
             namespaces: Arc::default(),
             reviewing: Arc::default(),
             starts: None,
-            started: Arc::default(),
         }
     }
 
-    /// The relay also starts idle-stopped instances their gates ask it to.
-    pub fn with_starts(mut self, starts: Arc<dyn Starts>) -> Self {
-        self.starts = Some(starts);
+    /// The relay also starts idle-stopped instances their gates ask it to
+    /// (`/oidc/start`, for oidc gates rendered before `/start`).
+    pub fn with_starts(mut self, starter: Arc<Starter>) -> Self {
+        self.starts = Some(starter);
         self
     }
 }
@@ -703,26 +688,9 @@ pub fn relay_router(relay: Relay) -> Router {
         .with_state(relay)
 }
 
-/// The credential in `Authorization: Bearer` ("" without one).
-fn bearer(headers: &HeaderMap) -> &str {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default()
-}
-
-/// What a gate is told of its instance after asking to start it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StartAnswer {
-    /// "starting" (started now, or on its way already, or running) or
-    /// "stopped" (spec.stopped: its user's own choice).
-    pub state: String,
-}
-
-/// A gate asks to start its own idle-stopped instance (see
-/// [`super::start`]): the credential proves which instance asks, and only
-/// that one is started, once.
+/// A gate rendered before `/start` asks to start its own idle-stopped
+/// instance (see [`super::start`]) with its relay credential: only that one
+/// is started, once.
 async fn start(
     State(relay): State<Relay>,
     Path((namespace, name)): Path<(String, String)>,
@@ -736,28 +704,8 @@ async fn start(
         relay.refusals.note(&namespace, &name, Refusal::BadCredential);
         return Refusal::BadCredential.answer();
     }
-    let Some(target) = relay.instances.get(&namespace, &name).await.filter(|t| t.mode == AuthMode::Oidc) else {
-        relay.refusals.note(&namespace, &name, Refusal::UnknownInstance);
-        return Refusal::UnknownInstance.answer();
-    };
-    let Some(starts) = relay.starts.clone() else { return Refusal::Unavailable.answer() };
-    let mut decision = super::start::decide(target.agent, relay.started.within_window(&namespace, &name));
-    if decision == super::start::Decision::Start {
-        if relay.started.claim(&namespace, &name) {
-            if let Err(e) = starts.request_start(&namespace, &name).await {
-                relay.started.release(&namespace, &name);
-                tracing::warn!(namespace, name, error = %e, "OIDC relay: cannot start an idle-stopped instance");
-                return Refusal::Unavailable.answer();
-            }
-            tracing::info!(namespace, name, "OIDC relay: started an idle-stopped instance at its gate's request");
-        } else {
-            // Another request claimed it a moment ago.
-            decision = super::start::Decision::Starting;
-        }
-    }
-    let mut response = axum::Json(StartAnswer { state: decision.state().into() }).into_response();
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    let Some(starter) = relay.starts.clone() else { return Refusal::Unavailable.answer() };
+    super::start::answer(starter.start(&namespace, &name, |mode| mode == AuthMode::Oidc).await)
 }
 
 /// A gate's question about its own instance: the credential in
@@ -1156,7 +1104,6 @@ mod tests {
             username_prefix: String::new(),
             groups_claim: String::new(),
             groups_prefix: String::new(),
-            relay_url: String::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let relay = listener.local_addr().unwrap();
@@ -1238,19 +1185,21 @@ mod tests {
         assert_eq!(super::super::start::agent_of(&inst), super::super::start::Agent::Idle { start_pending: true });
     }
 
-    /// Instances for the start tests: team-a/dev is idle-stopped, team-a/held
-    /// is stopped by its spec.
+    /// Instances for the start tests: team-a/dev (oidc) and team-a/pw
+    /// (password) are idle-stopped, team-a/held is stopped by its spec.
     struct IdleTenant;
 
     impl Instances for IdleTenant {
         fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>> {
             use super::super::start::Agent;
-            let agent = match (namespace, name) {
-                ("team-a", "dev") => Some(Agent::Idle { start_pending: false }),
-                ("team-a", "held") => Some(Agent::Stopped),
+            let idle = Agent::Idle { start_pending: false };
+            let found = match (namespace, name) {
+                ("team-a", "dev") => Some((AuthMode::Oidc, idle)),
+                ("team-a", "pw") => Some((AuthMode::Password, idle)),
+                ("team-a", "held") => Some((AuthMode::Oidc, Agent::Stopped)),
                 _ => None,
             };
-            let found = agent.map(|agent| RelayTarget { agent, ..target("https://team-a.apps.test") });
+            let found = found.map(|(mode, agent)| RelayTarget { agent, mode, ..target("https://team-a.apps.test") });
             Box::pin(async move { found })
         }
     }
@@ -1259,7 +1208,7 @@ mod tests {
     #[derive(Default)]
     struct CountedStarts(Mutex<Vec<(String, String)>>);
 
-    impl Starts for CountedStarts {
+    impl super::super::start::Starts for CountedStarts {
         fn request_start<'a>(
             &'a self,
             namespace: &'a str,
@@ -1274,7 +1223,10 @@ mod tests {
     }
 
     /// A gate's request starts its own idle-stopped instance, once however
-    /// many ask at once; never another instance, never one its spec stops.
+    /// many ask at once, on the relay's old oidc route (relay credential) and
+    /// its every-mode route (start credential) alike; never another
+    /// instance, never one its spec stops; the oidc route starts no
+    /// instance of another mode.
     #[tokio::test]
     async fn fifty_requests_start_an_idle_instance_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -1289,13 +1241,15 @@ mod tests {
             username_prefix: String::new(),
             groups_prefix: String::new(),
             groups_claim: String::new(),
-            relay_url: String::new(),
         });
+        let key: Arc<[u8]> = Arc::from(&b"the operator's digest key"[..]);
         let starts = Arc::new(CountedStarts::default());
+        let starter = Arc::new(Starter::new(Arc::new(IdleTenant), starts.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let relay = Relay::new(provider, Arc::new(IdleTenant), Arc::new(NoReviews)).with_starts(starts.clone());
-        tokio::spawn(crate::ops::http_server::serve(listener, relay_router(relay), RELAY_LIMITS));
+        let relay = Relay::new(provider, Arc::new(IdleTenant), Arc::new(NoReviews)).with_starts(starter.clone());
+        let router = super::super::start::start_router(key.clone(), starter).merge(relay_router(relay));
+        tokio::spawn(crate::ops::http_server::serve(listener, router, RELAY_LIMITS));
         let ask = |path: String, credential: String, peer: u8| async move {
             // One client per request, each from its own address: fifty
             // connections, past what one peer may hold at once.
@@ -1306,14 +1260,28 @@ mod tests {
             (status, answer.json::<serde_json::Value>().await.unwrap_or_default())
         };
         let a = signin::relay_credential(&secret, "team-a", "dev");
-        // The wrong credential, or another instance's, starts nothing.
+        let started = signin::start_credential(&key, "team-a", "dev");
+        // The wrong credential, another instance's, or one kind for the
+        // other route starts nothing.
         assert_eq!(ask("/oidc/start/team-a/dev".into(), "trc1.00".into(), 1).await.0, 401);
         let b = signin::relay_credential(&secret, "team-b", "dev");
         assert_eq!(ask("/oidc/start/team-a/dev".into(), b, 1).await.0, 401);
+        assert_eq!(ask("/oidc/start/team-a/dev".into(), started.clone(), 1).await.0, 401);
+        assert_eq!(ask("/start/team-a/dev".into(), a.clone(), 1).await.0, 401);
+        let other = signin::start_credential(&key, "team-b", "dev");
+        assert_eq!(ask("/start/team-a/dev".into(), other, 1).await.0, 401);
         assert!(starts.0.lock().unwrap().is_empty());
 
-        let flood: Vec<_> =
-            (0..50u8).map(|i| tokio::spawn(ask("/oidc/start/team-a/dev".into(), a.clone(), 10 + i))).collect();
+        let flood: Vec<_> = (0..50u8)
+            .map(|i| {
+                let (path, credential) = if i % 2 == 0 {
+                    ("/oidc/start/team-a/dev", a.clone())
+                } else {
+                    ("/start/team-a/dev", started.clone())
+                };
+                tokio::spawn(ask(path.into(), credential, 10 + i))
+            })
+            .collect();
         for answer in flood {
             let (status, body) = answer.await.unwrap();
             assert_eq!((status, body["state"].as_str()), (200, Some("starting")));
@@ -1321,10 +1289,18 @@ mod tests {
         assert_eq!(starts.0.lock().unwrap().clone(), vec![("team-a".to_string(), "dev".to_string())], "started once");
 
         // Stopped by its spec: the user's own choice, never started here.
-        let held = signin::relay_credential(&secret, "team-a", "held");
-        let (status, body) = ask("/oidc/start/team-a/held".into(), held, 1).await;
+        let held = signin::start_credential(&key, "team-a", "held");
+        let (status, body) = ask("/start/team-a/held".into(), held, 1).await;
         assert_eq!((status, body["state"].as_str()), (200, Some("stopped")));
         assert_eq!(starts.0.lock().unwrap().len(), 1);
+
+        // A password instance: started on the every-mode route only.
+        let pw = signin::relay_credential(&secret, "team-a", "pw");
+        assert_eq!(ask("/oidc/start/team-a/pw".into(), pw, 1).await.0, 401);
+        let pw = signin::start_credential(&key, "team-a", "pw");
+        let (status, body) = ask("/start/team-a/pw".into(), pw, 1).await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("starting")));
+        assert_eq!(starts.0.lock().unwrap().last().cloned(), Some(("team-a".to_string(), "pw".to_string())));
     }
 
     /// Reviews that record what was asked and allow everyone asked about.
@@ -1361,7 +1337,6 @@ mod tests {
             username_prefix: String::new(),
             groups_prefix: String::new(),
             groups_claim: String::new(),
-            relay_url: String::new(),
         });
         let recorded = Arc::new(Recorded::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

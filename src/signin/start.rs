@@ -1,9 +1,14 @@
-//! Starting an idle-stopped instance at its user's request. The sign-in
-//! front's gate, having let an allowed user in while tinycode does not
-//! answer, asks the relay (`POST /oidc/start/<namespace>/<name>`) with the
-//! instance's relay credential, never the user's: the relay writes the same
-//! annotation a user would (`tinycode.dev/start-requested-at`), with the
-//! operator's rights, on that instance alone.
+//! Starting an idle-stopped instance at its user's request. The front's
+//! gate, having let someone in (an allowed user in the sign-in modes, the
+//! password's holder in password mode) while tinycode does not answer, asks
+//! the relay (`POST /start/<namespace>/<name>`, [`start_router`]) with the
+//! instance's start credential ([`signin::start_credential`], keyed with the
+//! operator's digest key), never anything of the user's: the relay writes the
+//! same annotation a user would (`tinycode.dev/start-requested-at`), with the
+//! operator's rights, on that instance alone. The relay serves this route in
+//! every mode, with or without an OpenID Connect provider; oidc gates
+//! rendered before it asked `POST /oidc/start/...` with their relay
+//! credential, which `oidc.rs` still answers through the same [`Starter`].
 //!
 //! Once: an instance whose start is pending (the annotation not handled
 //! yet), or that the relay started within [`RESTART_WINDOW`], gets no second
@@ -11,12 +16,18 @@
 //! `spec.stopped` is its user's own choice, and is never started here.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use kube::api::{Patch, PatchParams};
 
-use crate::api::{START_REQUEST_ANNOTATION, TinycodeInstance};
+use crate::api::{AuthMode, START_REQUEST_ANNOTATION, TinycodeInstance};
+use crate::render::signin;
 
 /// How long a start the relay wrote keeps it from writing another for the
 /// same instance (the reconcile that handles it takes seconds).
@@ -159,6 +170,132 @@ impl Starts for KubeStarts {
             api.patch(name, &params, &Patch::Merge(&patch)).await.map(drop).map_err(|e| e.to_string())
         })
     }
+}
+
+/// What the relay needs to know of an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayTarget {
+    pub mode: AuthMode,
+    /// The instance's URL (status.url), whose host an oidc callback must use.
+    pub url: Option<String>,
+    /// Whether it runs, else why not (a request to start it reads this).
+    pub agent: Agent,
+}
+
+/// Looks instances up for the relay.
+pub trait Instances: Send + Sync {
+    fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> futures::future::BoxFuture<'a, Option<RelayTarget>>;
+}
+
+/// What a gate is told of its instance after asking to start it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StartAnswer {
+    /// "starting" (started now, or on its way already, or running) or
+    /// "stopped" (spec.stopped: its user's own choice).
+    pub state: String,
+}
+
+/// Why a request to start is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartRefusal {
+    /// Not the instance's credential, or no such instance (in the route's modes).
+    Unknown,
+    /// The annotation could not be written.
+    Unavailable,
+}
+
+/// Starts instances for every route that may (shared, so two routes asked
+/// at once still start an instance once).
+pub struct Starter {
+    instances: Arc<dyn Instances>,
+    starts: Arc<dyn Starts>,
+    started: Recent,
+}
+
+impl Starter {
+    pub fn new(instances: Arc<dyn Instances>, starts: Arc<dyn Starts>) -> Self {
+        Starter { instances, starts, started: Recent::default() }
+    }
+
+    /// Starts `namespace/name` if it is idle-stopped and nobody started it
+    /// lately, once however many ask at once; `in_mode` says which auth
+    /// modes the asking route serves. The credential was checked already.
+    pub async fn start(
+        &self,
+        namespace: &str,
+        name: &str,
+        in_mode: impl Fn(AuthMode) -> bool,
+    ) -> Result<Decision, StartRefusal> {
+        let target = self.instances.get(namespace, name).await.filter(|t| in_mode(t.mode));
+        let Some(target) = target else { return Err(StartRefusal::Unknown) };
+        let decision = decide(target.agent, self.started.within_window(namespace, name));
+        if decision != Decision::Start {
+            return Ok(decision);
+        }
+        if !self.started.claim(namespace, name) {
+            // Another request claimed it a moment ago.
+            return Ok(Decision::Starting);
+        }
+        if let Err(e) = self.starts.request_start(namespace, name).await {
+            self.started.release(namespace, name);
+            tracing::warn!(namespace, name, error = %e, "relay: cannot start an idle-stopped instance");
+            return Err(StartRefusal::Unavailable);
+        }
+        tracing::info!(namespace, name, "relay: started an idle-stopped instance at its front's request");
+        Ok(Decision::Start)
+    }
+}
+
+/// The answer to a request to start: the state as JSON, or the refusal
+/// (401 for a credential or instance that is not one, 503 when the write failed).
+pub fn answer(result: Result<Decision, StartRefusal>) -> Response {
+    let (status, error) = match result {
+        Ok(decision) => {
+            let mut response = axum::Json(StartAnswer { state: decision.state().into() }).into_response();
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            return response;
+        }
+        Err(StartRefusal::Unknown) => (StatusCode::UNAUTHORIZED, "invalid_client"),
+        Err(StartRefusal::Unavailable) => (StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable"),
+    };
+    // A refused client keeps no connection (and with it no slot) open.
+    let headers = [(header::CONTENT_TYPE, "application/json"), (header::CONNECTION, "close")];
+    (status, headers, format!("{{\"error\":\"{error}\"}}")).into_response()
+}
+
+/// The credential in `Authorization: Bearer` ("" without one).
+pub fn bearer(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+}
+
+#[derive(Clone)]
+struct StartRoute {
+    /// The operator's digest key, which start credentials are keyed with.
+    key: Arc<[u8]>,
+    starter: Arc<Starter>,
+}
+
+/// `POST /start/<namespace>/<name>`: a front asks to start its own instance
+/// (any auth mode) with its start credential.
+pub fn start_router(key: Arc<[u8]>, starter: Arc<Starter>) -> Router {
+    Router::new().route("/start/{namespace}/{name}", post(start)).with_state(StartRoute { key, starter })
+}
+
+async fn start(
+    State(route): State<StartRoute>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    // The credential first: a made-up one costs an HMAC and nothing else.
+    if !signin::start_credential_matches(&route.key, &namespace, &name, bearer(&headers)) {
+        tracing::debug!(namespace, name, "relay: refused a start without the instance's credential");
+        return answer(Err(StartRefusal::Unknown));
+    }
+    answer(route.starter.start(&namespace, &name, |_| true).await)
 }
 
 #[cfg(test)]

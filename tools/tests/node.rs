@@ -966,6 +966,50 @@ fn assert_starting_then_ui(first: &Value, started: &Value, agent: &str) {
     assert_eq!(started["elements"]["#pod"], agent, "the new agent pod answered: {started}");
 }
 
+/// Stops `name` for idleness (the operator checks every 2 s; a 15 s timeout)
+/// after its agent pod `agent` wrote a marker to its data: the marker, once
+/// the agent pod is gone and the front says idle.
+async fn idle_stop(node: &Node, client: &Client, ns: &str, name: &str, agent: &str) -> String {
+    let marker = format!("kept across the idle stop {}", std::process::id());
+    node.standin_ok(ns, agent, &["put-file", "/projects/keep.txt", &marker]);
+    let patch = json!({"spec": {"idle": {"timeout": "15s"}}}).to_string();
+    node.kubectl_ok(&["patch", "tinycodeinstance", name, "-n", ns, "--type", "merge", "-p", &patch]);
+    let ready = wait_reason(client, ns, name, "Idle").await;
+    assert_eq!(ready["status"], "False", "{ready}");
+    wait_for(&format!("{name}'s idle agent pod gone"), WAIT, || {
+        let client = client.clone();
+        async move { server_pods(&client, ns, name).await.is_empty().then_some(()) }
+    })
+    .await;
+    wait_front(client, ns, name, "idle").await;
+    marker
+}
+
+/// `name`'s start annotation, if any.
+async fn start_requested(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+    let now = api.get(name).await.unwrap();
+    now.metadata.annotations.unwrap_or_default().remove("tinycode.dev/start-requested-at")
+}
+
+/// The browser's `steps` woke idle-stopped `name`: a starting page that
+/// turned into the UI of the new agent pod, which has the data of the last
+/// one (`marker`); the start came from the annotation the relay writes.
+async fn assert_woken(node: &Node, client: &Client, ns: &str, name: &str, steps: &[Value], marker: &str) {
+    let first = step(steps, "starting");
+    assert_eq!(first["status"], 503, "{first}");
+    assert!(first["elements"]["#message"].as_str().unwrap_or_default().contains("is starting"), "{first}");
+    let woken = step(steps, "started");
+    assert_eq!(woken["status"], 200, "{woken}");
+    assert_eq!(woken["title"], "tinycode stand-in", "{woken}");
+    let agent = server_pods(client, ns, name).await.remove(0).metadata.name.unwrap();
+    assert_eq!(woken["elements"]["#pod"], agent.as_str(), "{woken}");
+    let read = node.standin_ok(ns, &agent, &["cat", "/projects/keep.txt"]);
+    assert_eq!(read, marker, "the woken instance has its data");
+    assert!(start_requested(client, ns, name).await.is_some(), "started by the annotation");
+}
+
 /// The step's hops, after asserting its first answer sent the browser to the
 /// provider's authorization endpoint with `host`'s own callback.
 fn sent_to_provider(node: &Node, step: &Value, host: &str) -> Vec<Value> {
@@ -994,7 +1038,8 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         install_operator(node).await;
         // The instances' NetworkPolicy admits the ingress controller's namespace.
         let ingress_ns = format!("TINYCODE_INGRESS_NAMESPACE={}", node.ingress_namespace);
-        set_manager_env(node, &[ingress_ns.as_str()]);
+        // Idle checks every 2 s, for the idle stop below.
+        set_manager_env(node, &[ingress_ns.as_str(), "TINYCODE_ACTIVITY_CHECK_SECONDS=2"]);
         let client = node.client().await;
         let ns = "node-ingress";
         fresh_namespace(node, ns).await;
@@ -1049,6 +1094,24 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         assert_stopped_page(&stopped, ns, "web");
         assert_starting_then_ui(&first, &started, &agent);
 
+        // Stopped for idleness, the password front starts it for whoever
+        // has the password, on the same data (through the operator's relay,
+        // with the instance's start credential); a request without the
+        // password, or with a wrong one, starts nothing.
+        let marker = idle_stop(node, &client, ns, "web", &agent).await;
+        for wrong in [None, Some("not-the-password")] {
+            let (code, page) = get_through_ingress(node, &url, wrong, ALLOWED).await;
+            assert_eq!(code, 401, "{wrong:?}: {page}");
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(start_requested(&client, ns, "web").await, None, "started without the password");
+        assert!(server_pods(&client, ns, "web").await.is_empty(), "an agent pod without the password");
+        let mark = root().join("target/e2e-screenshots/password-mode-woken.mark");
+        let mut wake_args = args.to_vec();
+        wake_args.extend(["--mark".to_string(), mark.display().to_string(), "--until".into(), "#secret".into()]);
+        let steps = browser(node, "starting", "password-woken", &wake_args, false);
+        assert_woken(node, &client, ns, "web", &steps, &marker).await;
+
         let ingress: k8s_openapi::api::networking::v1::Ingress =
             Api::namespaced(client.clone(), ns).get("web-tinycode").await.expect("the instance's Ingress");
         let published = ingress.status.and_then(|s| s.load_balancer).and_then(|l| l.ingress).unwrap_or_default();
@@ -1056,7 +1119,7 @@ fn ingress_serves_the_url() -> Result<(), Failed> {
         assert_eq!(ingress.spec.and_then(|s| s.ingress_class_name).as_deref(), Some("traefik"), "the default class");
 
         let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
-        set_manager_env(node, &["TINYCODE_INGRESS_NAMESPACE-"]);
+        set_manager_env(node, &["TINYCODE_INGRESS_NAMESPACE-", "TINYCODE_ACTIVITY_CHECK_SECONDS-"]);
     });
     Ok(())
 }
@@ -1683,19 +1746,8 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         // Stopped for idleness (checks every 2 s, a 15 s timeout), the
         // instance is started by the first allowed user who opens it, on the
         // same data; a user not allowed `use` starts nothing.
-        let marker = format!("kept across the idle stop {}", std::process::id());
-        node.standin_ok(ns, &agent, &["put-file", "/projects/keep.txt", &marker]);
         set_manager_env(node, &["TINYCODE_ACTIVITY_CHECK_SECONDS=2"]);
-        let patch = json!({"spec": {"idle": {"timeout": "15s"}}}).to_string();
-        node.kubectl_ok(&["patch", "tinycodeinstance", "dev", "-n", ns, "--type", "merge", "-p", &patch]);
-        let ready = wait_reason(&client, ns, "dev", "Idle").await;
-        assert_eq!(ready["status"], "False", "{ready}");
-        wait_for("dev's idle agent pod gone", WAIT, || {
-            let client = client.clone();
-            async move { server_pods(&client, ns, "dev").await.is_empty().then_some(()) }
-        })
-        .await;
-        wait_front(&client, ns, "dev", "idle").await;
+        let marker = idle_stop(node, &client, ns, "dev", &agent).await;
         let mut carol_args = pages.clone();
         let alice_at = carol_args.iter().position(|a| a == "alice@example.com").unwrap();
         carol_args[alice_at] = "carol@example.com".into();
@@ -1708,26 +1760,13 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
         let now = api.get("dev").await.unwrap();
         assert_eq!(now.data["status"]["phase"], "Stopped", "carol started it: {:?}", now.data["status"]);
-        let asked = now.metadata.annotations.clone().unwrap_or_default();
-        assert!(!asked.contains_key("tinycode.dev/start-requested-at"), "carol asked for a start: {asked:?}");
+        assert_eq!(start_requested(&client, ns, "dev").await, None, "carol asked for a start");
 
         let mark = root().join("target/e2e-screenshots/oidc-mode-woken.mark");
         let mut wake_args = pages.clone();
         wake_args.extend(["--mark".to_string(), mark.display().to_string(), "--until".into(), "#secret".into()]);
         let steps = browser(node, "starting", "oidc-woken", &wake_args, true);
-        let first = step(&steps, "starting");
-        assert_eq!(first["status"], 503, "{first}");
-        assert!(first["elements"]["#message"].as_str().unwrap_or_default().contains("is starting"), "{first}");
-        let woken = step(&steps, "started");
-        assert_eq!(woken["status"], 200, "{woken}");
-        assert_eq!(woken["title"], "tinycode stand-in", "{woken}");
-        let agent = server_pods(&client, ns, "dev").await.remove(0).metadata.name.unwrap();
-        assert_eq!(woken["elements"]["#pod"], agent.as_str(), "{woken}");
-        let read = node.standin_ok(ns, &agent, &["cat", "/projects/keep.txt"]);
-        assert_eq!(read, marker, "the woken instance has its data");
-        let now = api.get("dev").await.unwrap();
-        let started = now.metadata.annotations.clone().unwrap_or_default();
-        assert!(started.contains_key("tinycode.dev/start-requested-at"), "started by the annotation: {started:?}");
+        assert_woken(node, &client, ns, "dev", &steps, &marker).await;
 
         // The operator as it was, for the scenarios after this one.
         let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;

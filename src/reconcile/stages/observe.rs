@@ -323,14 +323,16 @@ async fn secrets(ctx: &Context, inst: &TinycodeInstance, o: &mut Observed) -> Re
     if spec.cluster_admin.enabled {
         o.kubeconfig = Some(kubeconfig(ctx, inst, &ns).await?);
     }
-    if spec.auth.mode.signs_in() {
+    // The front's Secret: the sign-in modes' always, password mode's while
+    // it has a front (the start credential alone).
+    if spec.auth.mode.signs_in() || ctx.settings.signin.front {
         o.signin = Some(signin_facts(ctx, &api, &ns, &name, spec.auth.mode).await?);
     }
     referenced_secrets(&api, inst, o).await
 }
 
-/// The sign-in Secret's data (read live, like every Secret), a fresh cookie
-/// secret when it keeps none, and for oidc the provider's side.
+/// The front's Secret's data (read live, like every Secret), a fresh cookie
+/// secret when a sign-in mode's keeps none, and for oidc the provider's side.
 async fn signin_facts(
     ctx: &Context,
     api: &Api<Secret>,
@@ -348,7 +350,7 @@ async fn signin_facts(
             .collect::<BTreeMap<_, _>>()
     });
     let kept = current.as_ref().and_then(|c| c.get(COOKIE_SECRET_KEY)).is_some_and(|c| usable_cookie_secret(c));
-    let fresh_cookie = if kept {
+    let fresh_cookie = if kept || !mode.signs_in() {
         None
     } else {
         Some(

@@ -363,7 +363,7 @@ impl AuthValues {
             (AuthMode::Oidc, Some(oidc), Some(endpoints)) => (
                 ContainerValues {
                     image: settings.signin.oauth2_proxy_image.clone(),
-                    args: signin::oauth2_proxy_args(ns, name, oidc, endpoints),
+                    args: signin::oauth2_proxy_args(ns, name, oidc, &settings.signin.relay_url, endpoints),
                 },
                 gate(AuthMode::Oidc),
             ),
@@ -513,11 +513,15 @@ pub struct FrontValues {
     /// 1, or 0 while tinycode is stopped with fronts turned off.
     #[schemars(range(min = 0, max = 1))]
     pub replicas: i32,
+    /// The gate asks the operator's relay to start the instance when it is
+    /// stopped for idleness, with the start credential of the front's Secret
+    /// (`names.signinSecret`), which its volume then holds.
+    pub starts: bool,
 }
 
 impl FrontValues {
     pub(super) fn of(mode: AuthMode, stopped: bool, settings: &Settings) -> Self {
         let on = settings.signin.front;
-        FrontValues { enabled: mode.signs_in() || on, replicas: if stopped && !on { 0 } else { 1 } }
+        FrontValues { enabled: mode.signs_in() || on, replicas: if stopped && !on { 0 } else { 1 }, starts: on }
     }
 }

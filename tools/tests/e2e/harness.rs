@@ -368,6 +368,9 @@ impl Env {
             .env("TINYCODE_HOSTPATH_ALLOWED_PREFIXES", "/srv,/home/developer")
             .env("TINYCODE_HEALTH_ADDR", format!("127.0.0.1:{}", ports.0))
             .env("TINYCODE_METRICS_ADDR", format!("127.0.0.1:{}", ports.1))
+            // The relay (starts, sign-in) on a port of its own per process;
+            // a scenario that calls it sets its own.
+            .env("TINYCODE_OIDC_RELAY_ADDR", "127.0.0.1:0")
             // As in production: /metrics needs a token allowed `get /metrics`
             // (TokenReview + SubjectAccessReview, with the operator's own RBAC).
             .env("TINYCODE_METRICS_AUTH", "rbac")

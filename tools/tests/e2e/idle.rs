@@ -295,3 +295,115 @@ async fn required_scenario(env: &mut Env, shared: &Shared) -> TestResult {
     }
     Ok(())
 }
+
+/// Attack: alice reads her idle-stopped instance's start credential (from
+/// her front's Secret, as her front's gate does) and asks the operator's
+/// relay, as the front would, to start bob's idle-stopped instance with it,
+/// or another instance of her namespace, or with a made-up one: each refused
+/// (401), bob's instance still stopped with no start annotation, and nothing
+/// outside her namespace changed. Her own instance, asked 50 times at once,
+/// answers "starting" every time and starts on the same data, the annotation
+/// written by the relay. Password mode: no sign-in provider is configured,
+/// and the front's Secret holds the start credential alone.
+pub async fn the_relay_starts_only_the_instance_whose_credential_asks(env: &mut Env) -> TestResult {
+    let port = crate::signin::free_port()?;
+    let relay = format!("127.0.0.1:{port}");
+    with_stand_in(env, &[("TINYCODE_OIDC_RELAY_ADDR", relay.as_str())], async move |env: &mut Env, shared: &Shared| {
+        relay_scenario(env, shared, port).await
+    })
+    .await
+}
+
+async fn relay_scenario(env: &mut Env, shared: &Shared, port: u16) -> TestResult {
+    let admin = env.client().await;
+    let alice = crate::tenancy::tenant(env, "alice", "wake").await?;
+    let bob = crate::tenancy::tenant(env, "bob", "wake-other").await?;
+    for name in ["mine", "theirs"] {
+        shared.lock().unwrap().answers.insert(name.into(), json!({"lastActivity": "now", "busy": false}));
+    }
+    let timed = json!({"idle": {"timeout": "5s"}});
+    deploy(env, &alice.client, &alice.ns, "mine", timed.clone()).await?;
+    deploy(env, &bob.client, &bob.ns, "theirs", timed).await?;
+    run_to_running(&admin, &alice.ns, "mine").await?;
+    run_to_running(&admin, &bob.ns, "theirs").await?;
+    let pvcs = crate::pvc_uids(&admin, &alice.ns, "mine").await?;
+    let hour_ago = (k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1)).to_string();
+    for name in ["mine", "theirs"] {
+        shared.lock().unwrap().answers.insert(name.into(), json!({"lastActivity": hour_ago, "busy": false}));
+    }
+    wait_phase(&admin, &alice.ns, "mine", "Stopped").await?;
+    wait_phase(&admin, &bob.ns, "theirs", "Stopped").await?;
+
+    // What her front mounts: the start credential alone (password mode).
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(alice.client.clone(), &alice.ns)
+        .get(&naming::signin_secret("mine"))
+        .await
+        .ctx("alice reads her front's Secret")?;
+    let data = secret.data.unwrap_or_default();
+    ensure_eq(data.keys().map(String::as_str).collect::<Vec<_>>(), vec!["start-credential"], "the front's Secret")?;
+    let credential = String::from_utf8(data["start-credential"].0.clone()).ctx("utf-8")?;
+    // Each ask from an address of its own, as fronts are pods of their own
+    // (the relay keeps 4 connections per peer).
+    let ask = |path: String, credential: String, peer: u8| async move {
+        let client = reqwest::Client::builder().local_address(std::net::IpAddr::from([127, 0, 0, peer]));
+        let answer = client
+            .build()
+            .ctx("client")?
+            .post(format!("http://127.0.0.1:{port}{path}"))
+            .bearer_auth(credential)
+            .send()
+            .await
+            .ctx("ask the relay")?;
+        let status = answer.status().as_u16();
+        Ok::<_, String>((status, answer.json::<Value>().await.unwrap_or_default()))
+    };
+
+    let own_release = naming::release_name(&alice.ns, "mine");
+    let stopped_revision = env.release(&own_release)?.ok_or("no release")?.0;
+    let before = crate::tenancy::outside(&admin, &[&bob.ns], &own_release).await?;
+    let attempts = [
+        (format!("/start/{}/theirs", bob.ns), credential.clone()),
+        (format!("/start/{}/theirs", alice.ns), credential.clone()),
+        (format!("/start/{}/mine", bob.ns), credential.clone()),
+        (format!("/start/{}/mine", alice.ns), "tsc1.00".to_string()),
+        (format!("/start/{}/mine", alice.ns), credential.replacen("tsc1.", "trc1.", 1)),
+    ];
+    for (path, presented) in attempts {
+        let (status, body) = ask(path.clone(), presented, 2).await?;
+        ensure_eq(status, 401, &format!("{path}: {body}"))?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let theirs = get_instance(&admin, &bob.ns, "theirs").await?.ok_or("bob's instance is gone")?;
+    ensure_eq(theirs.status.and_then(|s| s.phase).map(|p| p.as_str()), Some("Stopped"), "bob's instance")?;
+    let annotations = theirs.metadata.annotations.unwrap_or_default();
+    ensure(!annotations.contains_key("tinycode.dev/start-requested-at"), "a start annotation on bob's instance")?;
+    let mine = get_instance(&admin, &alice.ns, "mine").await?.ok_or("gone")?;
+    ensure_eq(mine.status.and_then(|s| s.phase).map(|p| p.as_str()), Some("Stopped"), "refused asks started hers")?;
+    ensure_eq(env.release(&own_release)?.map(|r| r.0), Some(stopped_revision), "her release after refused asks")?;
+    crate::tenancy::same_world(&before, &crate::tenancy::outside(&admin, &[&bob.ns], &own_release).await?)?;
+
+    // Her own, 50 times at once (in use from here on).
+    shared.lock().unwrap().answers.insert("mine".into(), json!({"lastActivity": "now", "busy": false}));
+    let path = format!("/start/{}/mine", alice.ns);
+    let flood: Vec<_> = (0..50).map(|i| tokio::spawn(ask(path.clone(), credential.clone(), 10 + i))).collect();
+    for answer in flood {
+        let (status, body) = answer.await.ctx("join")??;
+        ensure_eq((status, body["state"].as_str()), (200, Some("starting")), "an ask of her own front")?;
+    }
+    // The start's helm revision first: the stand-in's Deployment status
+    // goes on the Deployment it scaled up.
+    wait_for("the start's revision", WAIT, || async {
+        Ok(env.release(&own_release)?.filter(|r| r.0 == stopped_revision + 1 && r.1 == "deployed"))
+    })
+    .await?;
+    run_to_running(&admin, &alice.ns, "mine").await?;
+    let mine = get_instance(&admin, &alice.ns, "mine").await?.ok_or("gone")?;
+    let written_by = mine.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some("tinycode-operator-start")
+            && m.fields_v1.as_ref().is_some_and(|f| f.0.to_string().contains("tinycode.dev/start-requested-at"))
+    });
+    ensure(written_by, "the start annotation written by the relay")?;
+    ensure_eq(crate::pvc_uids(&admin, &alice.ns, "mine").await?, pvcs, "the same PVCs after the start")?;
+    super::delete_and_wait_gone(&admin, &alice.ns, "mine").await?;
+    super::delete_and_wait_gone(&admin, &bob.ns, "theirs").await
+}

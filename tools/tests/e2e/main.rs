@@ -205,6 +205,7 @@ fn main() {
         stop_scales_to_zero_and_start_brings_it_back,
         idle_instances_stop_and_busy_or_used_ones_do_not,
         required_idle_stop_holds_while_suspended_or_refused,
+        the_relay_starts_only_the_instance_whose_credential_asks,
         rollouts_wait_for_busy_agents_until_their_deadline,
         a_reinstall_adopts_instances_whose_records_were_uninstalled,
         a_63_character_name_runs,

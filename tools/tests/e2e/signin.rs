@@ -42,7 +42,7 @@ impl Drop for Procs {
     }
 }
 
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").ctx("bind")?;
     Ok(l.local_addr().ctx("addr")?.port())
 }
@@ -363,7 +363,7 @@ async fn signed_in(
     ensure_eq(format!("{target:?}"), "Some(String(\"front\"))".to_string(), "Service targetPort")?;
 
     // Mount what the kubelet would: the sign-in Secret for the proxy; the
-    // relay credential, the CA and the password for the gate.
+    // relay and start credentials, the CA and the password for the gate.
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
     let data = |s: &Secret, k: &str| s.data.as_ref().and_then(|d| d.get(k)).map(|v| v.0.clone()).unwrap_or_default();
     let signin_secret = secrets.get(&naming::signin_secret("dev")).await.ctx("sign-in Secret")?;
@@ -386,7 +386,12 @@ async fn signed_in(
     )?;
     write_files(
         &gate_dir,
-        &[("relay-credential", &data(&signin_secret, "relay-credential")), ("ca.crt", &ca), ("password", &password)],
+        &[
+            ("relay-credential", &data(&signin_secret, "relay-credential")),
+            ("start-credential", &data(&signin_secret, "start-credential")),
+            ("ca.crt", &ca),
+            ("password", &password),
+        ],
     )?;
 
     let (tinycode_port, seen, standin) = standin_tinycode().await?;

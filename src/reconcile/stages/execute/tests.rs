@@ -66,6 +66,8 @@ async fn a_new_instance_gets_its_password_grant_and_route() {
     let mut obs = observed();
     obs.password = crate::reconcile::stages::observe::SecretFacts::Missing;
     obs.fresh_password = Some("x".repeat(32));
+    // Nor its front's Secret (the start credential).
+    obs.signin = Some(Default::default());
     let plan = without_helm(plan_for(&inst, &obs));
     let outcome = execute(&ctx, &inst, &plan).await.expect("execute");
     assert!(outcome.route.is_some(), "the applied Route is what status reads");
@@ -75,6 +77,7 @@ async fn a_new_instance_gets_its_password_grant_and_route() {
         got.iter().filter(|r| !r.contains("/events")).cloned().collect::<Vec<_>>(),
         vec![
             "POST /api/v1/namespaces/team/secrets".to_string(),
+            "PATCH /api/v1/namespaces/team/secrets/dev-tinycode-signin".to_string(),
             format!("PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings/{grant}"),
             "PATCH /apis/route.openshift.io/v1/namespaces/team/routes/dev-tinycode".to_string(),
         ]

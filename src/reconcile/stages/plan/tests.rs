@@ -33,8 +33,21 @@ pub(crate) fn observed() -> Observed {
             keys: vec![crate::reconcile::marks::PASSWORD_KEY.into()],
             digest: "d1".into(),
         },
+        // The front's Secret as written (password mode: the start credential).
+        signin: Some(crate::reconcile::stages::observe::SigninFacts {
+            current: Some(BTreeMap::from([(
+                crate::render::signin::START_CREDENTIAL_KEY.to_string(),
+                start_credential("dev"),
+            )])),
+            ..Default::default()
+        }),
         ..Default::default()
     }
+}
+
+/// team/`name`'s start credential under the default settings' key.
+pub(crate) fn start_credential(name: &str) -> String {
+    crate::render::signin::start_credential(&crate::settings::Settings::default().digest_key.0, "team", name)
 }
 
 fn at(secs: i64) -> Timestamp {

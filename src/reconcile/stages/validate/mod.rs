@@ -48,7 +48,8 @@ pub struct ValidInstance {
     pub warnings: Vec<String>,
     /// Offline only: what would need a cluster-admin's approval.
     pub pending_approvals: Vec<String>,
-    /// Sign-in modes: the sign-in Secret and the provider's endpoints.
+    /// The front's Secret (the sign-in modes', or password mode's with a
+    /// front) and the provider's endpoints.
     pub signin: Option<Signin>,
     /// Idle stop: whether the workloads stay stopped for idleness, and its status.
     pub idle: crate::reconcile::idle::IdleState,
@@ -157,7 +158,7 @@ pub fn validate(
     warnings.extend(discovery_warnings(observed, &requested, &ns, settings));
     let mut mounted = Vec::new();
     let generate_password = password(settings.platform.cli(), observed, inst, &name, &ns, &mut mounted)?;
-    let signin = signin(observed, spec, settings, &name, &mut mounted)?;
+    let signin = signin(observed, spec, settings, (&ns, &name), &mut mounted)?;
     git_credentials(observed, inst, &ns, &mut mounted, &mut warnings)?;
     secret_references(observed, &applied.spec, &ns, &mut mounted)?;
     let (kubeconfig_copy, cluster_admin_condition) = match &observed.kubeconfig {
@@ -384,18 +385,21 @@ fn signin_offered(spec: &TinycodeInstanceSpec, settings: &Settings) -> Result<()
     }
 }
 
-/// The sign-in Secret as it must be (its cookie secret kept once drawn, the
-/// relay credential current) and the provider's endpoints.
+/// The front's Secret as it must be: in the sign-in modes the proxy's cookie
+/// secret (kept once drawn) and for oidc the relay credential; with a front,
+/// the start credential (password mode's Secret holds that alone). Also the
+/// provider's endpoints.
 fn signin(
     observed: &Observed,
     spec: &TinycodeInstanceSpec,
     settings: &Settings,
-    name: &str,
+    (ns, name): (&str, &str),
     mounted: &mut Vec<String>,
 ) -> Result<Option<Signin>, Invalid> {
-    use crate::render::signin::{COOKIE_SECRET_KEY, RELAY_CREDENTIAL_KEY};
+    use crate::render::signin::{COOKIE_SECRET_KEY, RELAY_CREDENTIAL_KEY, START_CREDENTIAL_KEY};
     signin_offered(spec, settings)?;
-    if !spec.auth.mode.signs_in() {
+    let signs_in = spec.auth.mode.signs_in();
+    if !signs_in && !settings.signin.front {
         return Ok(None);
     }
     let facts = observed.signin.clone().unwrap_or_default();
@@ -405,12 +409,15 @@ fn signin(
         Some(Err(e)) => return Err(unavailable(e)),
         None => None,
     };
-    let cookie = match (&facts.current, &facts.fresh_cookie) {
-        (_, Some(fresh)) => fresh.clone(),
-        (Some(current), None) => current.get(COOKIE_SECRET_KEY).cloned().unwrap_or_default(),
-        (None, None) => return Err(blocked(Blocked::PasswordGenerationFailed, "no cookie secret was drawn")),
-    };
-    let mut data = std::collections::BTreeMap::from([(COOKIE_SECRET_KEY.to_string(), cookie)]);
+    let mut data = std::collections::BTreeMap::new();
+    if signs_in {
+        let cookie = match (&facts.current, &facts.fresh_cookie) {
+            (_, Some(fresh)) => fresh.clone(),
+            (Some(current), None) => current.get(COOKIE_SECRET_KEY).cloned().unwrap_or_default(),
+            (None, None) => return Err(blocked(Blocked::PasswordGenerationFailed, "no cookie secret was drawn")),
+        };
+        data.insert(COOKIE_SECRET_KEY.to_string(), cookie);
+    }
     match &facts.relay_credential {
         Some(Ok(credential)) => {
             data.insert(RELAY_CREDENTIAL_KEY.to_string(), credential.clone());
@@ -424,6 +431,10 @@ fn signin(
             "sign-in cannot be set up: the OpenID Connect provider was not read",
         ));
     }
+    if settings.signin.front {
+        let credential = crate::render::signin::start_credential(&settings.digest_key.0, ns, name);
+        data.insert(START_CREDENTIAL_KEY.to_string(), credential);
+    }
     let secret = naming::signin_secret(name);
     mounted.push(crate::reconcile::stages::observe::content_digest(
         &secret,
@@ -436,7 +447,7 @@ fn signin(
 /// provider's endpoints are stand-ins named after what they would be.
 fn offline_signin(inst: &TinycodeInstance, settings: &Settings) -> Result<Option<Signin>, Invalid> {
     signin_offered(&inst.spec, settings)?;
-    if !inst.spec.auth.mode.signs_in() {
+    if !inst.spec.auth.mode.signs_in() && !settings.signin.front {
         return Ok(None);
     }
     let endpoints = settings.signin.oidc.as_ref().filter(|_| inst.spec.auth.mode == AuthMode::Oidc).map(|o| {

@@ -371,7 +371,6 @@ fn oidc_settings() -> Settings {
         username_prefix: String::new(),
         groups_claim: "groups".into(),
         groups_prefix: String::new(),
-        relay_url: "http://relay:8484".into(),
     };
     Settings {
         signin: crate::settings::SigninSettings { oidc: Some(oidc), ..Default::default() },
@@ -440,7 +439,10 @@ fn the_sign_in_secret_keeps_its_cookie_and_follows_the_credential() {
     assert_eq!(first.endpoints, Some(endpoints()));
     // Up to date: nothing to write.
     let cookie = "k".repeat(32);
-    let same = run(signin_facts(Some(&[("cookie-secret", &cookie), ("relay-credential", "trc1.aa")]), Ok("trc1.aa")));
+    let start = crate::reconcile::stages::plan::tests::start_credential("dev");
+    assert_eq!(first.data.get("start-credential"), Some(&start), "the front's start credential");
+    let current = [("cookie-secret", cookie.as_str()), ("relay-credential", "trc1.aa"), ("start-credential", &start)];
+    let same = run(signin_facts(Some(&current), Ok("trc1.aa")));
     assert!(!same.write);
     // A rotated client secret: the credential changes, the cookie (sessions) stays.
     let rotated =
@@ -458,12 +460,22 @@ fn the_sign_in_secret_keeps_its_cookie_and_follows_the_credential() {
     let openshift = instance(serde_json::json!({"auth": {"mode": "openshift"}}));
     let got = validate(&obs, &openshift, &Settings::default(), Vec::new()).unwrap().signin.unwrap();
     assert!(got.write, "the former oidc credential is dropped");
-    assert_eq!(got.data.keys().collect::<Vec<_>>(), vec!["cookie-secret"]);
-    // Password mode: no sign-in Secret.
-    assert_eq!(
-        validate(&observed(), &instance(serde_json::json!({})), &Settings::default(), Vec::new()).unwrap().signin,
-        None
-    );
+    assert_eq!(got.data.keys().collect::<Vec<_>>(), vec!["cookie-secret", "start-credential"]);
+    // Password mode: the start credential alone; with fronts off, no Secret.
+    let password = instance(serde_json::json!({}));
+    let got = validate(&observed(), &password, &Settings::default(), Vec::new()).unwrap().signin.unwrap();
+    assert_eq!(got.data, BTreeMap::from([("start-credential".to_string(), start.clone())]));
+    assert!(!got.write, "as written");
+    let mut off = Settings::default();
+    off.signin.front = false;
+    assert_eq!(validate(&observed(), &password, &off, Vec::new()).unwrap().signin, None);
+    // Another key, another credential: the Secret follows.
+    let rekeyed = Settings {
+        digest_key: crate::settings::DigestKey(std::sync::Arc::from(&b"another key"[..])),
+        ..Default::default()
+    };
+    let got = validate(&observed(), &password, &rekeyed, Vec::new()).unwrap().signin.unwrap();
+    assert!(got.write && got.data["start-credential"] != start, "{got:?}");
 }
 
 #[test]
