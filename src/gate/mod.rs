@@ -48,8 +48,11 @@
 //! in the user's name are refused (403) before any review (`browser.rs`);
 //! so are user and group names under `system:` (oidc). A browser gets each
 //! refusal as a small HTML page (`pages.rs`), any other client as text.
+//! Each decision made, and each start a user's request causes, is one JSON
+//! line on standard output (`audit.rs`; sign-in modes only).
 
 pub mod activity;
+pub mod audit;
 pub mod browser;
 pub mod identity;
 pub mod pages;
@@ -102,6 +105,8 @@ pub const LIMITS: Limits = Limits {
 pub struct Gate {
     mode: Mode,
     check: Check,
+    /// Sign-in modes: a line for each decision made (`audit.rs`).
+    audit: Option<Arc<audit::Audit>>,
 }
 
 enum Check {
@@ -122,12 +127,12 @@ impl Gate {
     /// Decisions are kept for `ttl`, allowed and refused alike.
     pub fn new(mode: Mode, prefixes: Prefixes, reviewer: Arc<dyn Reviewer>, ttl: Duration) -> Self {
         let decisions = Decisions::new(DecisionCache::new(MAX_CACHED, ttl, ttl));
-        Gate { mode, check: Check::Review { prefixes, reviewer, decisions } }
+        Gate { mode, check: Check::Review { prefixes, reviewer, decisions }, audit: None }
     }
 
     /// Password mode: whoever presents `password` passes.
     pub fn password(password: Password) -> Self {
-        Gate { mode: Mode::Password, check: Check::Password(password) }
+        Gate { mode: Mode::Password, check: Check::Password(password), audit: None }
     }
 
     /// Checks a request's headers, from the cache when it can.
@@ -141,7 +146,14 @@ impl Gate {
             Ok(subject) => subject,
             Err(refusal) => return Verdict::Refuse(refusal, None),
         };
-        let decision = match decisions.decide(subject.key(), || reviewer.review(&subject)).await {
+        let review = || async {
+            let decided = reviewer.review(&subject).await;
+            if let (Ok(decision), Some(audit)) = (&decided, &self.audit) {
+                audit.access(&subject, *decision);
+            }
+            decided
+        };
+        let decision = match decisions.decide(subject.key(), review).await {
             Ok(decision) => decision,
             Err(e) => {
                 tracing::warn!(user = subject.display_name(), error = %e, "gate: cannot review the user's access");
@@ -196,12 +208,26 @@ impl GateService {
         self
     }
 
-    /// What an allowed user is told while the server does not answer: an
-    /// idle-stopped instance is asked to start first.
-    async fn agent_now(&self) -> AgentState {
-        match (self.agent, &self.waker) {
-            (AgentState::Idle, Some(waker)) => waker.wake().await.unwrap_or(AgentState::Idle),
-            (agent, _) => agent,
+    /// Sign-in modes: who used the instance, as lines of `audit` (its
+    /// decisions, and the starts its users' requests cause).
+    pub fn with_audit(mut self, audit: Arc<audit::Audit>) -> Self {
+        self.gate.audit = Some(audit);
+        self
+    }
+
+    /// What an allowed user (`subject`; None in password mode) is told while
+    /// the server does not answer: an idle-stopped instance is asked to start
+    /// first.
+    async fn agent_now(&self, subject: Option<&Subject>) -> AgentState {
+        let (AgentState::Idle, Some(waker)) = (self.agent, &self.waker) else { return self.agent };
+        match waker.wake().await {
+            Some((state, asked)) => {
+                if let (true, Some(audit), Some(subject)) = (asked, &self.gate.audit, subject) {
+                    audit.start(subject, state);
+                }
+                state
+            }
+            None => AgentState::Idle,
         }
     }
 
@@ -231,7 +257,7 @@ impl GateService {
                 let (namespace, instance) = (&self.target.namespace, &self.target.instance);
                 match response {
                     Ok(response) => response,
-                    Err(_) => pages::agent_down(html, self.agent_now().await, namespace, instance),
+                    Err(_) => pages::agent_down(html, self.agent_now(subject.as_ref()).await, namespace, instance),
                 }
             }
             Verdict::Refuse(refusal, subject) => {
@@ -335,6 +361,9 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
     let mut service = GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone())
         .with_password_secret(settings.password_secret.clone());
+    if settings.mode != Mode::Password {
+        service = service.with_audit(Arc::new(audit::Audit::stdout(settings.target.clone())));
+    }
     if let Some(url) = &settings.start_url {
         service = service.with_waker(wake::Waker::new(url, &settings.start_credential_file)?);
     }

@@ -229,12 +229,26 @@ async fn relay_stand_in(path: &'static str) -> (SocketAddr, Arc<Mutex<Vec<String
 /// The gate in front of nothing (`nowhere`), idle-stopped, waking through
 /// the relay at `relay`: its address.
 async fn idle_front(gate: Gate, nowhere: SocketAddr, relay: SocketAddr, dir: &std::path::Path) -> SocketAddr {
+    idle_front_audited(gate, nowhere, relay, dir, None).await
+}
+
+/// [`idle_front`], writing who used it to `audit`.
+async fn idle_front_audited(
+    gate: Gate,
+    nowhere: SocketAddr,
+    relay: SocketAddr,
+    dir: &std::path::Path,
+    audit: Option<Arc<audit::Audit>>,
+) -> SocketAddr {
     std::fs::write(dir.join("start-credential"), "tsc1.ide\n").unwrap();
     let upstream = Upstream::new(&format!("http://{nowhere}"), Password::new(None)).unwrap();
     let target = Target { namespace: "team-a".into(), instance: "ide".into() };
     let waker = wake::Waker::new(&format!("http://{relay}/start/team-a/ide"), &dir.join("start-credential")).unwrap();
     let tracker = Arc::new(activity::Tracker::new(None));
-    let service = GateService::new(gate, upstream, target, AgentState::Idle, tracker).with_waker(waker);
+    let mut service = GateService::new(gate, upstream, target, AgentState::Idle, tracker).with_waker(waker);
+    if let Some(audit) = audit {
+        service = service.with_audit(audit);
+    }
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(listener, Arc::new(service)));
@@ -267,6 +281,73 @@ async fn allowed_users_start_an_idle_instance_and_others_do_not() {
         assert!(page.starts_with("HTTP/1.1 503") && page.contains("is starting"), "{page}");
     }
     assert_eq!(asked.lock().unwrap().clone(), vec!["Bearer tsc1.ide".to_string()], "asked once, as the instance");
+}
+
+/// Who used it: each review is one line (a user's requests within the
+/// cache time cost one), naming the user, the groups and the outcome; the
+/// start an allowed user's request caused is one more, naming them; a user
+/// refused starts nothing and leaves one line.
+#[tokio::test]
+async fn each_decision_and_each_start_is_one_audit_line() {
+    let (relay_addr, _asked) = relay_stand_in("/start/team-a/ide").await;
+    let (_held, nowhere) = nothing_listens();
+    let dir = tempfile::tempdir().unwrap();
+    let buffer: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let target = Target { namespace: "team-a".into(), instance: "ide".into() };
+    let audit = Arc::new(audit::Audit::buffer(target, buffer.clone()));
+    let gate = Gate::new(Mode::Oidc, Prefixes::default(), Fake::new(&["alice"]), Duration::from_secs(30));
+    let addr = idle_front_audited(gate, nowhere, relay_addr, dir.path(), Some(audit)).await;
+    let alice = [("X-Forwarded-User", "alice"), ("X-Forwarded-Groups", "dev,ops"), ("Accept", "text/html")];
+    for _ in 0..3 {
+        assert!(get(addr, "/", &alice).await.contains("is starting"));
+    }
+    for _ in 0..2 {
+        assert!(get(addr, "/", &[("X-Forwarded-User", "carol")]).await.starts_with("HTTP/1.1 403"));
+    }
+    let lines = audit::lines(&buffer);
+    let summary: Vec<(&str, &str, Vec<String>, &str)> =
+        lines.iter().map(|l| (l.event.as_str(), l.user.as_str(), l.groups.clone(), l.outcome.as_str())).collect();
+    let groups = vec!["dev".to_string(), "ops".to_string()];
+    assert_eq!(
+        summary,
+        vec![
+            ("access", "alice", groups.clone(), "allowed"),
+            ("start", "alice", groups, "starting"),
+            ("access", "carol", vec![], "forbidden"),
+        ]
+    );
+    for line in &lines {
+        assert_eq!(
+            (line.audit.as_str(), line.namespace.as_str(), line.instance.as_str()),
+            (audit::AUDIT, "team-a", "ide")
+        );
+        assert!(line.time.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{line:?}");
+    }
+}
+
+/// openshift: the user's token decides, and is never written; the line
+/// names the user the proxy named.
+#[tokio::test]
+async fn an_audit_line_never_holds_a_token() {
+    let (_events, rx) = mpsc::channel(1);
+    let (upstream, _seen) = stand_in(rx).await;
+    let buffer: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let target = Target { namespace: "team-a".into(), instance: "ide".into() };
+    let gate = Gate::new(Mode::Openshift, Prefixes::default(), Fake::new(&["sha256~secret"]), Duration::from_secs(30));
+    let upstream = Upstream::new(&format!("http://{upstream}"), Password::new(None)).unwrap();
+    let tracker = Arc::new(activity::Tracker::new(None));
+    let service = GateService::new(gate, upstream, target.clone(), AgentState::Runs, tracker)
+        .with_audit(Arc::new(audit::Audit::buffer(target, buffer.clone())));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, Arc::new(service)));
+    let bob = [("X-Forwarded-Access-Token", "sha256~secret"), ("X-Forwarded-User", "bob")];
+    assert!(get(addr, "/", &bob).await.starts_with("HTTP/1.1 200"));
+    let written = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    assert!(!written.contains("sha256~secret"), "{written}");
+    let lines = audit::lines(&buffer);
+    assert_eq!(lines.len(), 1, "{written}");
+    assert_eq!((lines[0].user.as_str(), lines[0].outcome.as_str()), ("bob", "allowed"));
 }
 
 /// Password mode: whoever has the password starts the idle-stopped instance

@@ -49,18 +49,19 @@ impl Waker {
     }
 
     /// What to tell a user of the idle-stopped instance: `Runs` (it starts)
-    /// or `Stopped`; None when the relay could not be asked.
-    pub async fn wake(&self) -> Option<AgentState> {
+    /// or `Stopped`, and whether the relay was asked just now (else the last
+    /// answer stands); None when the relay could not be asked.
+    pub async fn wake(&self) -> Option<(AgentState, bool)> {
         let mut last = self.last.lock().await;
         if let Some((at, state)) = *last
             && at.elapsed() < ASK_EVERY
         {
-            return Some(state);
+            return Some((state, false));
         }
         match self.ask().await {
             Ok(state) => {
                 *last = Some((Instant::now(), state));
-                Some(state)
+                Some((state, true))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "gate: cannot ask the operator's relay to start the instance");

@@ -1761,6 +1761,23 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         let now = api.get("dev").await.unwrap();
         assert_eq!(now.data["status"]["phase"], "Stopped", "carol started it: {:?}", now.data["status"]);
         assert_eq!(start_requested(&client, ns, "dev").await, None, "carol asked for a start");
+        // Who used it: the front's gate wrote carol's refusal to its output,
+        // where the platform's log collector reads it.
+        let front = wait_front(&client, ns, "dev", "idle").await.remove(0).metadata.name.unwrap();
+        let logs = node.kubectl_ok(&["logs", &front, "-c", "gate", "-n", ns]);
+        let audit: Vec<Value> = logs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["audit"] == "tinycode.dev/access")
+            .collect();
+        assert!(
+            audit.iter().any(|l| l["event"] == "access"
+                && l["user"] == "carol@example.com"
+                && l["outcome"] == "forbidden"
+                && l["instance"] == "dev"
+                && l["namespace"] == ns),
+            "carol's refusal in the gate's audit lines: {audit:?}"
+        );
 
         let mark = root().join("target/e2e-screenshots/oidc-mode-woken.mark");
         let mut wake_args = pages.clone();
