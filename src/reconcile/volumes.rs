@@ -260,17 +260,60 @@ pub async fn condition(ctx: &Context, inst: &TinycodeInstance, values: &Values, 
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(error = %e, "could not read a PVC for its size");
-                return None;
+                return after_failed_read(inst, grew);
             }
         }
     }
     Some(resized(&pvcs, ctx.settings.platform.cli()))
 }
 
+/// StorageResized when the claims could not be read (pure): what status
+/// said stands, and a claim just grown counts as growing, so the next
+/// reconcile still follows the volume instead of losing track of it.
+fn after_failed_read(inst: &TinycodeInstance, grew: bool) -> Option<Desired> {
+    let shown = inst.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == STORAGE_RESIZED));
+    match shown {
+        Some(c) if !(grew && c.status == "True") => {
+            Some(Desired::new(STORAGE_RESIZED, c.status == "True", c.reason.clone(), c.message.clone()))
+        }
+        _ if grew => Some(Desired::new(
+            STORAGE_RESIZED,
+            false,
+            "Resizing",
+            "growing: the claims were resized; their sizes could not be read yet",
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A failed read keeps what status said, and a claim just grown counts
+    /// as growing, so the next reconcile follows the volume.
+    #[test]
+    fn a_failed_read_keeps_track_of_a_growing_volume() {
+        let inst = |conditions: serde_json::Value| -> TinycodeInstance {
+            serde_json::from_value(json!({"apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeInstance",
+                "metadata": {"name": "dev", "namespace": "team"}, "spec": {},
+                "status": {"conditions": conditions}}))
+            .unwrap()
+        };
+        let condition = |status: &str, reason: &str| {
+            json!([{"type": STORAGE_RESIZED, "status": status, "reason": reason, "message": "m",
+                    "lastTransitionTime": "2026-12-06T00:00:00Z"}])
+        };
+        let growing = inst(condition("False", "FileSystemResizePending"));
+        let kept = after_failed_read(&growing, false).unwrap();
+        assert_eq!((kept.status, kept.reason.as_str(), kept.message.as_str()), (false, "FileSystemResizePending", "m"));
+        let grown_before = inst(condition("True", "Resized"));
+        assert!(!after_failed_read(&grown_before, true).unwrap().status, "grown again: growing");
+        assert!(after_failed_read(&grown_before, false).unwrap().status, "nothing new: as status said");
+        assert_eq!(after_failed_read(&inst(json!([])), true).unwrap().reason, "Resizing");
+        assert_eq!(after_failed_read(&inst(json!([])), false), None);
+    }
 
     fn pvc(
         request: &str,
