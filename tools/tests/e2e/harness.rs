@@ -518,6 +518,28 @@ impl Env {
             (rev, r["status"].as_str().unwrap_or_default().to_string())
         }))
     }
+
+    /// Waits until no helm release record in the operator's namespace has
+    /// changed for `seconds` (two minutes at most). An operator restarted
+    /// with other settings re-renders every instance earlier scenarios left;
+    /// the next scenario's "nothing outside the namespace changed" must not
+    /// see the tail of that (CI run 27 did).
+    pub async fn records_quiet(&self, seconds: u32) -> TestResult {
+        use kube::api::ListParams;
+        let secrets: Api<Secret> = Api::namespaced(self.client().await, OPERATOR_NAMESPACE);
+        let helm = ListParams::default().labels("owner=helm");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let (mut last, mut still) = (None, 0);
+        while still < seconds {
+            ensure(Instant::now() < deadline, "helm records still changing after two minutes")?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let list = secrets.list_metadata(&helm).await.ctx("list helm records")?;
+            let now: Vec<_> = list.items.into_iter().map(|s| (s.metadata.name, s.metadata.resource_version)).collect();
+            still = if last.as_ref() == Some(&now) { still + 1 } else { 0 };
+            last = Some(now);
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Env {

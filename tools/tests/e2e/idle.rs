@@ -78,7 +78,9 @@ pub(crate) async fn with_stand_in(
     let result = scenario(env, &shared).await;
     env.extra_env.clear();
     env.start_operator()?;
-    result
+    let quiet = env.records_quiet(6).await;
+    result?;
+    quiet
 }
 
 async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
