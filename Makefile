@@ -169,3 +169,8 @@ catalog-push: catalog-build ## Build and push the catalog image
 .PHONY: shellcheck
 shellcheck: ## shellcheck the hack/ scripts
 	shellcheck -x hack/*.sh hack/lib/*.sh .ci/run
+
+.PHONY: bench-model-keys
+bench-model-keys: ## What the model-key proxy adds to a model request and the memory it holds (docs/benchmarks.md)
+	cargo build --release --bin tinycode-operator
+	cargo run --release --example model_keys_bench -- target/release/tinycode-operator

@@ -46,6 +46,7 @@ LAYERS = [
     {"activity"},
     {"signin"},
     {"helm", "gate"},
+    {"modelkeys"},
     {"reconcile"},
     {"cli"},
 ]

@@ -5,7 +5,7 @@
 //!
 //! The layers, lowest first (`hack/layers.py` checks them in `make lint`):
 //! api → platform → settings → render → vllm → ops → activity → signin →
-//! helm, gate → reconcile → cli. Modules are public only where the binary's
+//! helm, gate → modelkeys → reconcile → cli. Modules are public only where the binary's
 //! own tests or `tools/` use them; the rest is `pub(crate)`.
 
 pub(crate) mod activity;
@@ -13,6 +13,7 @@ pub mod api;
 pub mod cli;
 pub(crate) mod gate;
 pub mod helm;
+pub(crate) mod modelkeys;
 pub mod ops;
 pub mod platform;
 pub mod reconcile;

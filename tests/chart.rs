@@ -496,15 +496,39 @@ fn a_gpu_class_places_ollama_on_gpu_nodes_and_leaves_the_ide_where_it_was() {
     let r = &opod["containers"][0]["resources"];
     assert_eq!(r["limits"], json!({"memory": "16Gi", "nvidia.com/gpu": "1"}));
     assert_eq!(r["requests"], json!({"cpu": "2", "memory": "8Gi"}));
-    // Keys are references: the variable is set from the Secret, and the
-    // config names the variable, never a value.
+    // Keys are references: spec.env is set from the Secret in the agent's
+    // container; the model server's key is a file of the model-key proxy's
+    // container alone, placed with the pod (no GPU placement of its own).
     let c = container(ide, "tinycode");
     let or = env_of(c, "OPENROUTER_API_KEY").unwrap();
     assert_eq!(or["valueFrom"]["secretKeyRef"], json!({"name": "keys", "key": "openrouter"}));
     assert!(or.get("value").is_none());
-    let vk = env_of(c, "TINYCODE_VLLM_BIG_MODEL_API_KEY").unwrap();
-    assert_eq!(vk["valueFrom"]["secretKeyRef"], json!({"name": "keys", "key": "vllm"}));
-    assert_eq!(v.secret_env.len(), 2);
+    assert_eq!(v.secret_env.len(), 1);
+    assert!(env_of(c, "TINYCODE_VLLM_BIG_MODEL_API_KEY").is_none());
+    let mounts = |c: &Value| -> Vec<String> {
+        c["volumeMounts"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(!mounts(c).contains(&"model-keys".to_string()), "the agent mounts the keys");
+    let proxy = container(ide, "model-keys");
+    assert_eq!(mounts(proxy), vec!["model-keys"]);
+    assert!(proxy["args"].as_array().unwrap().contains(&json!("--provider=big-model=http://vllm.models.svc:8000/v1")));
+    assert!(proxy["args"].as_array().unwrap().contains(&json!("--class=gpu")));
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "model-keys").unwrap();
+    assert_eq!(
+        volume["projected"]["sources"],
+        json!([{"secret": {"name": "keys", "items": [{"key": "vllm", "path": "big-model"}]}}])
+    );
+    // The proxy's port is for the monitoring namespaces alone.
+    let policy = find(&docs, "NetworkPolicy", "dev-tinycode");
+    let metrics = policy["spec"]["ingress"].as_array().unwrap().iter().find(|r| r["ports"][0]["port"] == 4100).unwrap();
+    assert_eq!(metrics["from"].as_array().unwrap().len(), 2);
+    assert!(
+        metrics["from"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f.get("namespaceSelector").is_some() && f.get("podSelector").is_none())
+    );
 }
 
 #[test]

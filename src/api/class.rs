@@ -70,6 +70,15 @@ pub struct TinycodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_custom_image: Option<bool>,
 
+    /// Whether instances may put Secrets into the agent's environment with
+    /// spec.env (default true). false: refused (ExceedsPolicy), so no
+    /// provider key of the tenant's choosing is there for any command the
+    /// agent runs to print; model servers' keys still reach the servers
+    /// through the model-key proxy (spec.vllm[].apiKeySecret). The UI
+    /// password, and a cluster-admin mode kubeconfig, stay the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_env_secrets: Option<bool>,
+
     /// The tinycode container: resources and placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tinycode: Option<WorkloadPolicy>,

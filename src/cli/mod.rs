@@ -1,16 +1,19 @@
 //! Command line: `run` (the controller), `crd`, `values`, `values-schema`,
-//! `scc`, `openshift-crds`, `gate` (an instance pod's authorization gate) and
-//! `version`. Every setting has an env fallback so the manager Deployment
+//! `scc`, `openshift-crds`, `gate` (an instance pod's authorization gate),
+//! `model-keys` (an instance pod's model-key proxy) and `version`. Every setting has an env fallback so the manager Deployment
 //! configures it through env. Settings are global flags: they are accepted
 //! before or after the subcommand (`--concurrency 2 run` and `run
-//! --concurrency 2` are the same) and `run --help` lists them. `gate` has
-//! flags of its own instead ([`GateArgs`]), which no other subcommand takes.
+//! --concurrency 2` are the same) and `run --help` lists them. `gate` and
+//! `model-keys` have flags of their own instead ([`GateArgs`],
+//! [`ModelKeysArgs`]), which no other subcommand takes.
 
 mod gate_cmd;
+mod model_keys_cmd;
 mod run;
 mod values_cmd;
 
 pub use gate_cmd::GateArgs;
+pub use model_keys_cmd::{KEYS_DIR, ModelKeysArgs};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,6 +92,10 @@ pub enum Command {
     /// and the tinycode server, it lets through only users allowed `use` on
     /// the TinycodeInstance.
     Gate(Box<GateArgs>),
+    /// Run an instance pod's model-key proxy: beside the agent, it adds the
+    /// model providers' API keys to the agent's requests to them, so the
+    /// agent never holds a key.
+    ModelKeys(Box<ModelKeysArgs>),
     /// Print the version.
     Version,
 }
@@ -574,6 +581,9 @@ pub fn main(cli: Cli) -> ExitCode {
     if let Some(Command::Gate(args)) = &cli.command {
         return gate_cmd::command(args, cli.run.log_json);
     }
+    if let Some(Command::ModelKeys(args)) = &cli.command {
+        return model_keys_cmd::command(args, cli.run.log_json);
+    }
     let settings = match cli.settings.to_settings() {
         Ok(s) => s,
         Err(e) => {
@@ -620,6 +630,7 @@ pub fn main(cli: Cli) -> ExitCode {
             print_yaml(&[crate::platform::rbac::leader_election_role_manifest(&ns)])
         }
         Command::Gate(args) => gate_cmd::command(&args, cli.run.log_json),
+        Command::ModelKeys(args) => model_keys_cmd::command(&args, cli.run.log_json),
         Command::Version => {
             println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -182,8 +182,18 @@ pub fn stops_ollama(what: &[Withdraw], held: &Held) -> bool {
 }
 
 /// What a Deployment's pods run, as far as a class limits it (None: it does
-/// not run, or a revocation stopped it).
-fn running_of(d: Option<&Deployment>, container: &str) -> Option<(String, crate::api::ResourceLists, bool, i32)> {
+/// not run, or a revocation stopped it): the container's image and
+/// resources, the git init container, the replicas, and whether the
+/// container takes Secrets into its environment beyond its password.
+struct Ran {
+    image: String,
+    lists: crate::api::ResourceLists,
+    git: bool,
+    replicas: i32,
+    env_secrets: bool,
+}
+
+fn running_of(d: Option<&Deployment>, container: &str) -> Option<Ran> {
     let d = d.filter(|d| !scaled_down(d) && d.spec.replicas != Some(0))?;
     let pod = d.spec.template.spec.as_ref()?;
     let main = pod.containers.iter().find(|c| c.name == container)?;
@@ -196,8 +206,17 @@ fn running_of(d: Option<&Deployment>, container: &str) -> Option<(String, crate:
         limits: lists(resources.and_then(|r| r.limits.as_ref())),
     };
     let git = pod.init_containers.iter().flatten().any(|c| c.name == GIT_INIT_CONTAINER);
-    Some((main.image.clone().unwrap_or_default(), lists, git, d.spec.replicas.unwrap_or(1)))
+    // spec.env names may not start with TINYCODE_ (admission): those are the
+    // chart's own (the password; model keys, before the model-key proxy).
+    let env_secrets = main.env.iter().flatten().any(|e| {
+        !e.name.starts_with(CHART_ENV_PREFIX) && e.value_from.as_ref().is_some_and(|v| v.secret_key_ref.is_some())
+    });
+    let (image, replicas) = (main.image.clone().unwrap_or_default(), d.spec.replicas.unwrap_or(1));
+    Some(Ran { image, lists, git, replicas, env_secrets })
 }
+
+/// The prefix of the chart's own variables in the tinycode container.
+const CHART_ENV_PREFIX: &str = "TINYCODE_";
 
 /// The chart's init container that clones spec.git.
 const GIT_INIT_CONTAINER: &str = "git-clone";
@@ -248,10 +267,17 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
     let deployment = stores.deployments.get(&ObjectRef::new(&naming::fullname(&name)).within(&ns));
     let ollama = stores.deployments.get(&ObjectRef::new(&naming::ollama(&name)).within(&ns));
     let mut running = crate::reconcile::class_policy::Running::default();
-    if let Some((image, tinycode, git, replicas)) = running_of(deployment.as_deref(), "tinycode") {
-        running = crate::reconcile::class_policy::Running { image: Some(image), tinycode, git, replicas, ..running };
+    if let Some(ran) = running_of(deployment.as_deref(), "tinycode") {
+        running = crate::reconcile::class_policy::Running {
+            image: Some(ran.image),
+            tinycode: ran.lists,
+            git: ran.git,
+            replicas: ran.replicas,
+            env_secrets: ran.env_secrets,
+            ..running
+        };
     }
-    running.ollama = running_of(ollama.as_deref(), "ollama").map(|(_, lists, _, _)| lists);
+    running.ollama = running_of(ollama.as_deref(), "ollama").map(|ran| ran.lists);
     Ok(Held {
         running,
         cluster_role,

@@ -36,11 +36,16 @@ pub fn limits_from_max_len(max_model_len: i64) -> (i64, i64) {
     (context, output)
 }
 
-/// The environment variable holding a vLLM provider's API key (from its
-/// `apiKeySecret`): the generated config names it as `{env:...}` and the
-/// chart sets it from the Secret key, so the key is never copied.
-pub fn api_key_env(provider: &str) -> String {
-    format!("TINYCODE_VLLM_{}_API_KEY", provider.to_ascii_uppercase().replace('-', "_"))
+/// Port of the model-key proxy on the tinycode pod's loopback.
+pub const MODEL_KEYS_PORT: u16 = 4099;
+/// Port of the model-key proxy's metrics (`/metrics` only).
+pub const MODEL_KEYS_METRICS_PORT: u16 = 4100;
+
+/// Where the agent reaches a provider whose server needs an API key (its
+/// `apiKeySecret`): the model-key proxy beside it, which adds the key. The
+/// agent's container never holds it.
+pub fn keyed_url(provider: &str) -> String {
+    format!("http://127.0.0.1:{MODEL_KEYS_PORT}/{provider}/v1")
 }
 
 /// Models a provider's server reported: id → max_model_len.
@@ -67,11 +72,8 @@ pub fn generate(spec: &TinycodeInstanceSpec, served: &BTreeMap<String, Served>) 
         if models.is_empty() {
             continue;
         }
-        let mut provider = json!({"type": "openai-compatible", "url": normalize_vllm_url(&p.url), "models": models});
-        if p.api_key_secret.is_some() {
-            provider["apiKey"] = Value::String(format!("{{env:{}}}", api_key_env(&p.name)));
-        }
-        providers.insert(p.name.clone(), provider);
+        let url = if p.api_key_secret.is_some() { keyed_url(&p.name) } else { normalize_vllm_url(&p.url) };
+        providers.insert(p.name.clone(), json!({"type": "openai-compatible", "url": url, "models": models}));
     }
     if !providers.is_empty() {
         root.insert("providers".into(), Value::Object(providers));
@@ -104,6 +106,20 @@ mod tests {
 
     fn spec(v: Value) -> TinycodeInstanceSpec {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_keyed_provider_is_reached_through_the_proxy_without_its_key() {
+        let s = spec(json!({"vllm": [
+            {"name": "keyed", "url": "https://models.example", "models": {"m": {}}, "apiKeySecret": {"name": "k", "key": "v"}},
+            {"name": "open", "url": "http://vllm:8000", "models": {"m": {}}}
+        ]}));
+        let cfg: Value = serde_json::from_str(&generate(&s, &BTreeMap::new()).unwrap()).unwrap();
+        assert_eq!(cfg["providers"]["keyed"]["url"], "http://127.0.0.1:4099/keyed/v1");
+        assert_eq!(cfg["providers"]["open"]["url"], "http://vllm:8000/v1");
+        for p in ["keyed", "open"] {
+            assert!(cfg["providers"][p].get("apiKey").is_none(), "{p}: {cfg}");
+        }
     }
 
     #[test]

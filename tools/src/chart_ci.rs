@@ -86,6 +86,15 @@ const SCENARIOS: &[Scenario] = &[
         spec: None,
     },
     Scenario {
+        file: "model-keys-values.yaml",
+        about: "A vLLM server that needs an API key: the model-key proxy beside tinycode holds it.",
+        sample: "tinycode_v1alpha1_vllm.yaml",
+        namespace: "tinycode-dev",
+        spec: Some(
+            "vllm: [{name: hosted, url: \"https://models.example.com/v1\", apiKeySecret: {name: model-keys, key: hosted}, models: {coder: {}}}]",
+        ),
+    },
+    Scenario {
         file: "openshift-signin-values.yaml",
         about: "Sign-in through the cluster's OAuth server: oauth-proxy and the gate beside tinycode.",
         sample: "tinycode_v1alpha1_basic.yaml",

@@ -10,6 +10,12 @@
 //	                     the node's network: the metadata stand-in)
 //	standin self         print what this process may do (uid, capabilities,
 //	                     whether / is writable) as JSON, for `kubectl exec`
+//	standin provider ADDR
+//	                     a model server that needs the API key in
+//	                     $PROVIDER_KEY (provider.go)
+//	standin find-text NEEDLE
+//	                     where this container can read NEEDLE: files,
+//	                     process environments and command lines
 //	standin put-file PATH CONTENT, standin cat PATH
 //	                     write and read a file, for `kubectl exec` (the image
 //	                     has no shell)
@@ -44,7 +50,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: standin tinycode|pause|serve ADDR TEXT|get URL|self|put-file PATH CONTENT|rm PATH|cat PATH")
+		fmt.Fprintln(os.Stderr, "usage: standin tinycode|pause|serve ADDR TEXT|get URL|provider ADDR|find-text NEEDLE|self|put-file PATH CONTENT|rm PATH|cat PATH")
 		os.Exit(2)
 	}
 	var err error
@@ -61,6 +67,18 @@ func main() {
 		}
 	case "get":
 		err = runGet(os.Args[2:])
+	case "provider":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: standin provider ADDR")
+		} else {
+			err = runProvider(os.Args[2])
+		}
+	case "find-text":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: standin find-text NEEDLE")
+		} else {
+			err = runFindText(os.Args[2])
+		}
 	case "self":
 		err = runSelf()
 	case "put-file":

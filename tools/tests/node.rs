@@ -1512,6 +1512,128 @@ fn bundled_ollama_counts_toward_ready() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A model server that needs a key, in the tenant's namespace: the stand-in
+/// (`standin provider`) behind a Service, its key from a Secret.
+async fn keyed_provider(client: &Client, ns: &str, image: &str) {
+    let deployments: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()));
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "provider"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "provider"}},
+            "template": {
+                "metadata": {"labels": {"app": "provider"}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 1001, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": "provider", "image": image,
+                        "command": ["/usr/local/bin/standin"], "args": ["provider", ":8000"],
+                        "env": [{"name": "PROVIDER_KEY", "valueFrom": {"secretKeyRef": {"name": "model-keys", "key": "vllm"}}}],
+                        "ports": [{"containerPort": 8000}],
+                        "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 2},
+                        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true},
+                        "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}}
+                    }]
+                }
+            }
+        }
+    });
+    deployments.patch("provider", &PatchParams::apply("node-test").force(), &Patch::Apply(&deployment)).await.unwrap();
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "provider"},
+        "spec": {"selector": {"app": "provider"}, "ports": [{"port": 8000, "targetPort": 8000}]}
+    });
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch("provider", &PatchParams::apply("node-test").force(), &Patch::Apply(&service))
+        .await
+        .unwrap();
+    // Serving before the instance comes: the operator keeps a probe's
+    // answer (a timeout too) for five minutes.
+    wait_for("the provider stand-in ready", WAIT, || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get("provider").await.ok()?;
+            (d.data["status"]["availableReplicas"].as_i64() == Some(1)).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Keys the agent uses but never holds: a model server that needs a key is
+/// probed by the operator with it and reached by the agent only through
+/// the model-key proxy beside it on the pod's loopback. From inside the
+/// agent's container the key is in no file, environment or command line
+/// (the same search finds a file that holds it), the server refuses the
+/// agent's own requests, the proxy refuses providers it does not serve,
+/// and it counts the tokens of the answer it passed on.
+fn model_keys_stay_out_of_the_agent() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        let client = node.client().await;
+        let ns = "node-keys";
+        fresh_namespace(node, ns).await;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let key = format!("sk-node-{}-{nanos}", std::process::id());
+        node.kubectl_ok(&["create", "secret", "generic", "model-keys", "-n", ns, &format!("--from-literal=vllm={key}")]);
+        keyed_provider(&client, ns, &node.standin_image).await;
+        let mut inst = basic_instance("keys");
+        inst["spec"]["model"] = json!("keyed-standin");
+        inst["spec"]["vllm"] = json!([{"name": "keyed", "url": format!("http://provider.{ns}.svc:8000"),
+                                        "apiKeySecret": {"name": "model-keys", "key": "vllm"}}]);
+        apply_instance(&client, ns, &inst).await;
+        wait_running(&client, ns, "keys").await;
+        // The operator's probe reached the server with the key: its model is in the config.
+        let config = wait_for("the probed model in the config", WAIT, || {
+            let client = client.clone();
+            async move {
+                let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, ns);
+                let cm = cms.get_opt("keys-tinycode-config").await.ok()??;
+                let cfg: Value = serde_json::from_str(cm.data?.get("config.json")?).ok()?;
+                cfg["providers"]["keyed"]["models"].get("keyed-standin").is_some().then_some(cfg)
+            }
+        })
+        .await;
+        assert_eq!(config["providers"]["keyed"]["url"], "http://127.0.0.1:4099/keyed/v1", "{config}");
+
+        let pod = server_pods(&client, ns, "keys").await[0].metadata.name.clone().unwrap();
+        let found = node.standin_ok(ns, &pod, &["find-text", &key]);
+        assert!(!found.contains("found "), "the agent's container holds the key:\n{found}");
+        // It read files and at least the agent's own process (PID 1).
+        let counts: Vec<u64> =
+            found.lines().last().unwrap_or_default().split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        assert!(counts.len() == 2 && counts[0] > 0 && counts[1] > 0, "{found}");
+        // The search finds the key where it is.
+        node.standin_ok(ns, &pod, &["put-file", "/tmp/planted", &key]);
+        let planted = node.standin_ok(ns, &pod, &["find-text", &key]);
+        assert!(planted.contains("found /tmp/planted"), "the search missed a planted key:\n{planted}");
+        node.standin_ok(ns, &pod, &["rm", "/tmp/planted"]);
+
+        let direct = node.standin_ok(ns, &pod, &["get", "-retry-for", "20s", &format!("http://provider.{ns}.svc:8000/v1/models")]);
+        assert!(direct.starts_with("status 401"), "the server answered the agent without a key: {direct}");
+        let proxied = node.standin_ok(ns, &pod, &["get", "-retry-for", "20s", "http://127.0.0.1:4099/keyed/v1/models"]);
+        assert!(proxied.starts_with("status 200") && proxied.contains("keyed-standin"), "{proxied}");
+        let chat = node.standin_ok(
+            ns,
+            &pod,
+            &["get", "-method", "POST", "http://127.0.0.1:4099/keyed/v1/chat/completions"],
+        );
+        assert!(chat.starts_with("status 200") && chat.contains("\"completion_tokens\":13"), "{chat}");
+        let other = node.standin_ok(ns, &pod, &["get", "http://127.0.0.1:4099/other/v1/models"]);
+        assert!(other.starts_with("status 404"), "{other}");
+        let metrics = node.standin_ok(ns, &pod, &["get", "http://127.0.0.1:4100/metrics"]);
+        let tokens = format!(
+            "tinycode_model_tokens_total{{namespace=\"{ns}\",instance=\"keys\",class=\"\",provider=\"keyed\",kind=\"completion\"}} 13"
+        );
+        assert!(metrics.contains(&tokens), "{metrics}");
+        assert!(!metrics.contains(&key), "the key in the metrics");
+        let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+    });
+    Ok(())
+}
+
 /// `kubectl set env` on the manager's Deployment (`NAME=value`, or `NAME-`
 /// to remove), as a cluster-admin changes a setting, and waits out the rollout.
 fn set_manager_env(node: &Node, vars: &[&str]) {
@@ -1815,6 +1937,7 @@ fn main() {
         ("idle_stop_from_real_activity", idle_stop_from_real_activity),
         ("git_init_container_clones", git_init_container_clones),
         ("bundled_ollama_counts_toward_ready", bundled_ollama_counts_toward_ready),
+        ("model_keys_stay_out_of_the_agent", model_keys_stay_out_of_the_agent),
         ("oidc_sign_in_on_a_pod", oidc_sign_in_on_a_pod),
         ("namespace_deletion_completes", namespace_deletion_completes),
         ("ingress_serves_the_url", ingress_serves_the_url),

@@ -174,6 +174,7 @@ pub fn apply(
     let mut warnings: Vec<String> = warning.into_iter().collect();
     effective.image = Some(check.image(spec, class, settings));
     check.modes(spec, class);
+    check.env(spec, class);
     let tinycode = class.tinycode.clone().unwrap_or_default();
     let (resources, extended) = check.tinycode_resources(spec, &tinycode);
     effective.resources = Some(resources);
@@ -263,6 +264,18 @@ impl Check {
             });
         }
         image
+    }
+
+    /// spec.env puts Secrets where the agent (and any command it runs) reads
+    /// them; a class may keep them out.
+    fn env(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec) {
+        if class.allow_env_secrets == Some(false) && !spec.env.is_empty() {
+            let message = format!(
+                "{} keeps Secrets out of the agent's environment (allowEnvSecrets: false); remove spec.env, and give a model server's key as spec.vllm[].apiKeySecret (the model-key proxy holds it, not the agent)",
+                self.of
+            );
+            self.exceeds("spec.env", message);
+        }
     }
 
     fn modes(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec) {
@@ -492,6 +505,8 @@ pub struct Running {
     pub git: bool,
     /// tinycode pods asked for (the Deployment's replicas).
     pub replicas: i32,
+    /// The tinycode container takes Secrets into its environment (spec.env).
+    pub env_secrets: bool,
     /// The bundled Ollama runs, with these resources.
     pub ollama: Option<ResourceLists>,
 }
@@ -528,6 +543,13 @@ pub fn beyond_class(name: &str, class: &TinycodeClassSpec, running: &Running) ->
                 false,
                 "spec.replicas",
                 format!("{} pods run, and {of} allows {most} per instance (maxReplicas)", running.replicas),
+            );
+        }
+        if running.env_secrets && class.allow_env_secrets == Some(false) {
+            push(
+                false,
+                "spec.env",
+                format!("the agent holds Secrets in its environment, and {of} allows none (allowEnvSecrets: false)"),
             );
         }
         if running.git && !permits(Some(class), Mode::Git) {

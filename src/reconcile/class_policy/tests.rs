@@ -212,6 +212,26 @@ fn the_class_idle_policy_stays_under_the_operators() {
     assert_eq!(idle_settings(None, &operator), operator);
 }
 
+/// spec.env under a class that keeps Secrets out of the agent: refused on
+/// the spec, and stopped where it already runs; a keyed model server is not.
+#[test]
+fn a_class_can_keep_secrets_out_of_the_agents_environment() {
+    let closed = found("closed", json!({"allowEnvSecrets": false}));
+    let env = spec(json!({"env": [{"name": "OPENROUTER_API_KEY", "secretKeyRef": {"name": "k", "key": "or"}}]}));
+    let refused = apply(&closed, &env, &Settings::default(), 0).unwrap_err();
+    assert_eq!(refused.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(), vec!["spec.env"]);
+    assert!(refused[0].message.contains("allowEnvSecrets: false") && refused[0].message.contains("apiKeySecret"));
+    let keyed = spec(json!({"vllm": [{"name": "a", "url": "http://a", "apiKeySecret": {"name": "k", "key": "v"}}]}));
+    assert!(apply(&closed, &keyed, &Settings::default(), 0).is_ok());
+    assert!(apply(&found("open", json!({})), &env, &Settings::default(), 0).is_ok());
+
+    let class: TinycodeClassSpec = serde_json::from_value(json!({"allowEnvSecrets": false})).unwrap();
+    let running = Running { image: Some("quay.io/x/y:1".into()), replicas: 1, env_secrets: true, ..Running::default() };
+    let beyond = beyond_class("closed", &class, &running);
+    assert_eq!(beyond.iter().map(|b| b.exceeds.field.as_str()).collect::<Vec<_>>(), vec!["spec.env"]);
+    assert!(beyond_class("closed", &class, &Running { env_secrets: false, ..running }).is_empty());
+}
+
 #[test]
 fn modes_permitted_and_withheld() {
     assert!(permits(None, Mode::Shell));
@@ -327,6 +347,7 @@ fn a_stricter_class_stops_what_runs_beyond_it() {
         tinycode: lists("4", "8Gi"),
         git: true,
         replicas: 1,
+        env_secrets: false,
         ollama: Some(lists("2", "4Gi")),
     };
     let held = Held { workload_running: true, running: running.clone(), ..Held::default() };

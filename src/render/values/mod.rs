@@ -42,8 +42,10 @@ pub struct Values {
     /// RuntimeClass of the tinycode pods (the class's; empty: the cluster's default).
     pub runtime_class_name: String,
     /// Environment variables of the tinycode container from Secret keys
-    /// (spec.env, and the vLLM providers' API keys): references, never values.
+    /// (spec.env): references, never values.
     pub secret_env: Vec<SecretEnvValues>,
+    /// The model-key proxy beside the agent, holding the vLLM providers' keys.
+    pub model_keys: ModelKeysValues,
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
     /// spec.stopped, or stopped for idleness: tinycode and a bundled Ollama
@@ -133,6 +135,7 @@ pub fn build(
         image_pull_secrets: spec.image_pull_secrets.iter().map(|s| s.name.clone()).collect(),
         runtime_class_name: approved.class.runtime_class_name.clone().unwrap_or_default(),
         secret_env: SecretEnvValues::of(spec),
+        model_keys: ModelKeysValues::of(inst, spec, approved.class.name.as_deref().unwrap_or_default(), settings),
         replicas: spec.replicas,
         stopped: spec.stopped || approved.idle_stopped,
         progress_deadline_seconds: settings.progress_deadline.as_secs(),

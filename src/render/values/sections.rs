@@ -202,23 +202,73 @@ pub struct SecretEnvValues {
 }
 
 impl SecretEnvValues {
-    /// spec.env, then each vLLM provider's API key under the variable the
-    /// generated config names ([`crate::render::config::api_key_env`]).
+    /// spec.env: values the agent must hold. Model servers' keys never
+    /// come this way ([`ModelKeysValues`]).
     pub(super) fn of(spec: &TinycodeInstanceSpec) -> Vec<Self> {
-        let env = spec.env.iter().map(|e| SecretEnvValues {
-            name: e.name.clone(),
-            secret: e.secret_key_ref.name.clone(),
-            key: e.secret_key_ref.key.clone(),
-        });
-        let keys = spec.vllm.iter().flatten().filter_map(|p| {
-            let r = p.api_key_secret.as_ref()?;
-            Some(SecretEnvValues {
-                name: crate::render::config::api_key_env(&p.name),
-                secret: r.name.clone(),
-                key: r.key.clone(),
+        spec.env
+            .iter()
+            .map(|e| SecretEnvValues {
+                name: e.name.clone(),
+                secret: e.secret_key_ref.name.clone(),
+                key: e.secret_key_ref.key.clone(),
             })
-        });
-        env.chain(keys).collect()
+            .collect()
+    }
+}
+
+/// The model-key proxy (`tinycode-operator model-keys`), a container of the
+/// tinycode pod: on when a vLLM provider names an `apiKeySecret`. Its
+/// volume holds each such provider's key as a file named after the
+/// provider, and only its container mounts it; the generated config points
+/// those providers at it ([`crate::render::config::keyed_url`]).
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelKeysValues {
+    pub enabled: bool,
+    /// The operator's image.
+    pub image: String,
+    pub args: Vec<String>,
+    pub keys: Vec<ModelKeyValues>,
+}
+
+/// One provider's key: the Secret key that becomes the file `provider`.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelKeyValues {
+    #[schemars(length(min = 1))]
+    pub provider: String,
+    #[schemars(length(min = 1))]
+    pub secret: String,
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+impl ModelKeysValues {
+    pub(super) fn of(inst: &InstanceRef<'_>, spec: &TinycodeInstanceSpec, class: &str, settings: &Settings) -> Self {
+        use crate::render::config::{MODEL_KEYS_METRICS_PORT, MODEL_KEYS_PORT, normalize_vllm_url};
+        let keyed: Vec<_> = spec.vllm.iter().flatten().filter_map(|p| Some((p, p.api_key_secret.as_ref()?))).collect();
+        if keyed.is_empty() {
+            return ModelKeysValues::default();
+        }
+        let arg = |k: &str, v: &str| format!("--{k}={v}");
+        let mut args = vec![
+            "model-keys".to_string(),
+            arg("listen", &format!("127.0.0.1:{MODEL_KEYS_PORT}")),
+            arg("metrics-listen", &format!("0.0.0.0:{MODEL_KEYS_METRICS_PORT}")),
+            arg("namespace", inst.namespace),
+            arg("instance", inst.name),
+            arg("class", class),
+        ];
+        args.extend(keyed.iter().map(|(p, _)| arg("provider", &format!("{}={}", p.name, normalize_vllm_url(&p.url)))));
+        ModelKeysValues {
+            enabled: true,
+            image: settings.signin.gate_image.clone(),
+            args,
+            keys: keyed
+                .iter()
+                .map(|(p, r)| ModelKeyValues { provider: p.name.clone(), secret: r.name.clone(), key: r.key.clone() })
+                .collect(),
+        }
     }
 }
 

@@ -203,3 +203,40 @@ fn fronts_turned_off_leave_stopped_instances_dark() {
     assert_eq!(front(openshift, false), (true, 1, false));
     assert_eq!(front(openshift_stopped, false), (true, 0, false));
 }
+
+/// A provider's key goes to the model-key proxy (a file in its volume),
+/// never to the agent's environment; spec.env stays the agent's.
+#[test]
+fn model_keys_go_to_the_proxy_and_env_to_the_agent() {
+    let v = values(serde_json::json!({
+        "vllm": [
+            {"name": "keyed", "url": "https://models.example/", "apiKeySecret": {"name": "keys", "key": "vllm"}},
+            {"name": "open", "url": "http://vllm.models.svc:8000/v1"}
+        ],
+        "env": [{"name": "OPENROUTER_API_KEY", "secretKeyRef": {"name": "keys", "key": "openrouter"}}]
+    }));
+    assert_eq!(
+        v.secret_env,
+        vec![SecretEnvValues { name: "OPENROUTER_API_KEY".into(), secret: "keys".into(), key: "openrouter".into() }]
+    );
+    let m = &v.model_keys;
+    assert!(m.enabled);
+    assert_eq!(m.image, Settings::default().signin.gate_image);
+    assert_eq!(m.keys, vec![ModelKeyValues { provider: "keyed".into(), secret: "keys".into(), key: "vllm".into() }]);
+    assert_eq!(
+        m.args,
+        [
+            "model-keys",
+            "--listen=127.0.0.1:4099",
+            "--metrics-listen=0.0.0.0:4100",
+            "--namespace=team",
+            "--instance=dev",
+            "--class=",
+            "--provider=keyed=https://models.example/v1",
+        ]
+    );
+    assert_eq!(
+        values(serde_json::json!({"vllm": [{"name": "open", "url": "http://v"}]})).model_keys,
+        ModelKeysValues::default()
+    );
+}

@@ -305,10 +305,12 @@ pub async fn a_renamed_instance_still_counts_against_its_class(env: &mut Env) ->
 }
 
 /// A model server's API key, from a Secret: the probe sends it as a bearer
-/// token (a loopback stand-in refuses requests without it), the generated
-/// config names the variable the chart sets from the Secret, and the value
-/// is nowhere in status, events, the ConfigMap, the release's values or the
-/// operator's log. spec.env entries reach the container by reference too.
+/// token (a loopback stand-in refuses requests without it); the generated
+/// config points the agent at the model-key proxy beside it, whose container
+/// alone mounts the key; and the value is nowhere in status, events, the
+/// ConfigMap, the release's values or the operator's log. spec.env entries
+/// reach the agent's container by reference, and a class with
+/// `allowEnvSecrets: false` refuses them.
 pub async fn model_keys_are_referenced_never_copied(env: &mut Env) -> TestResult {
     let admin = env.client().await;
     let alice = tenant(env, "alice", "keys-a").await?;
@@ -328,6 +330,17 @@ pub async fn model_keys_are_referenced_never_copied(env: &mut Env) -> TestResult
         "vllm": [{"name": "keyed", "url": format!("http://{addr}"), "apiKeySecret": {"name": "model-keys", "key": "vllm"}}],
         "env": [{"name": "OPENROUTER_API_KEY", "secretKeyRef": {"name": "model-keys", "key": "openrouter"}}]
     });
+    // Under a class that keeps Secrets out of the agent's environment, spec.env is refused.
+    let closed = format!("{ns}-closed");
+    create_class(&admin, &closed, json!({"allowEnvSecrets": false})).await?;
+    let mut under_closed = spec.clone();
+    under_closed["className"] = json!(closed);
+    apply_instance(&alice.client, &ns, "closed", under_closed).await.ctx("apply under the closed class")?;
+    let m = failed_with(&admin, &ns, "closed", "ExceedsPolicy").await?;
+    ensure(m.contains("spec.env") && m.contains("allowEnvSecrets: false"), format!("message: {m}"))?;
+    ensure(env.release(&naming::release_name(&ns, "closed"))?.is_none(), "installed with env under the closed class")?;
+    delete_and_wait_gone(&admin, &ns, "closed").await?;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&closed, &DeleteParams::default()).await.ctx("delete class")?;
     // A missing key is named, not half-applied.
     let mut wrong = spec.clone();
     wrong["env"][0]["secretKeyRef"]["key"] = json!("nope");
@@ -345,16 +358,35 @@ pub async fn model_keys_are_referenced_never_copied(env: &mut Env) -> TestResult
     let cm = Api::<ConfigMap>::namespaced(admin.clone(), &ns).get("dev-tinycode-config").await.ctx("configmap")?;
     let text = cm.data.unwrap_or_default().get("config.json").cloned().ok_or("no config.json")?;
     let cfg: Value = serde_json::from_str(&text).ctx("config json")?;
-    ensure_eq(&cfg["providers"]["keyed"]["apiKey"], &json!("{env:TINYCODE_VLLM_KEYED_API_KEY}"), "config apiKey")?;
+    // The agent reaches the keyed server through the model-key proxy and holds no key.
+    ensure_eq(&cfg["providers"]["keyed"]["url"], &json!("http://127.0.0.1:4099/keyed/v1"), "keyed provider's URL")?;
+    ensure(cfg["providers"]["keyed"].get("apiKey").is_none(), format!("the config names a key: {cfg}"))?;
     ensure(cfg["providers"]["keyed"]["models"]["keyed-model"].is_object(), format!("the probe's models: {cfg}"))?;
     let ide = pod(&admin, &ns, "dev-tinycode").await?;
     let c = ide.containers.iter().find(|c| c.name == "tinycode").ok_or("no tinycode container")?;
-    for (var, k) in [("TINYCODE_VLLM_KEYED_API_KEY", "vllm"), ("OPENROUTER_API_KEY", "openrouter")] {
-        let e = c.env.iter().flatten().find(|e| e.name == var).ok_or(format!("no {var}"))?;
-        let r =
-            e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).ok_or(format!("{var} not from a Secret"))?;
-        ensure_eq((r.name.as_str(), r.key.as_str(), e.value.is_none()), ("model-keys", k, true), var)?;
-    }
+    let names: Vec<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    ensure(!names.iter().any(|n| n.contains("VLLM")), format!("a model key in the agent's environment: {names:?}"))?;
+    let e = c.env.iter().flatten().find(|e| e.name == "OPENROUTER_API_KEY").ok_or("no OPENROUTER_API_KEY")?;
+    let r =
+        e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).ok_or("OPENROUTER_API_KEY not from a Secret")?;
+    ensure_eq((r.name.as_str(), r.key.as_str(), e.value.is_none()), ("model-keys", "openrouter", true), "spec.env")?;
+    ensure(
+        c.volume_mounts.iter().flatten().all(|m| m.name != "model-keys"),
+        "the agent's container mounts the model keys",
+    )?;
+    let proxy = ide.containers.iter().find(|c| c.name == "model-keys").ok_or("no model-keys container")?;
+    ensure(
+        proxy.args.iter().flatten().any(|a| *a == format!("--provider=keyed=http://{addr}/v1")),
+        format!("{:?}", proxy.args),
+    )?;
+    let volume = ide.volumes.iter().flatten().find(|v| v.name == "model-keys").ok_or("no model-keys volume")?;
+    let sources = volume.projected.as_ref().and_then(|p| p.sources.clone()).unwrap_or_default();
+    let items: Vec<(String, String, String)> = sources
+        .iter()
+        .filter_map(|s| s.secret.as_ref())
+        .flat_map(|s| s.items.iter().flatten().map(|i| (s.name.clone(), i.key.clone(), i.path.clone())))
+        .collect();
+    ensure_eq(items, vec![("model-keys".into(), "vllm".into(), "keyed".into())], "the key's file")?;
     // The values are nowhere else.
     let values =
         env.helm_json(&["get", "values", "--all", "-n", OPERATOR_NAMESPACE, &naming::release_name(&ns, "dev")])?;

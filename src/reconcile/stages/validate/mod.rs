@@ -327,13 +327,10 @@ fn secret_references(
     mounted: &mut Vec<String>,
 ) -> Result<(), Invalid> {
     let present = &observed.secrets_present;
-    // The environment reads these at start: their digests roll the pods when a key rotates.
-    let read: std::collections::BTreeSet<&str> = spec
-        .env
-        .iter()
-        .map(|e| e.secret_key_ref.name.as_str())
-        .chain(spec.vllm.iter().flatten().filter_map(|p| p.api_key_secret.as_ref().map(|r| r.name.as_str())))
-        .collect();
+    // The environment reads these at start: their digests roll the pods when
+    // a key rotates. Model servers' keys are files the model-key proxy
+    // re-reads for each request: a rotation needs no new pod.
+    let read: std::collections::BTreeSet<&str> = spec.env.iter().map(|e| e.secret_key_ref.name.as_str()).collect();
     mounted.extend(read.iter().filter_map(|n| observed.secret_digests.get(*n).cloned()));
     let mut missing = Vec::new();
     for (i, s) in spec.image_pull_secrets.iter().enumerate() {
