@@ -1033,11 +1033,14 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     let agent_ports: Vec<_> =
         agent["spec"]["ports"].as_array().unwrap().iter().map(|p| p["targetPort"].clone()).collect();
     assert_eq!(agent_ports, vec![json!(4096), json!(4098)]);
+    // The public port is the gate's front; the proxy listens on loopback
+    // behind it, and its probes reach it through the front as the router does.
     let proxy = container(front, "signin-proxy");
     assert_eq!(proxy["image"], "quay.io/oauth2-proxy/oauth2-proxy:v7.15.6");
-    assert_eq!(proxy["ports"][0]["containerPort"], 4180);
-    assert_eq!(proxy["ports"][0]["name"], "front");
-    assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/ping");
+    assert!(proxy.get("ports").is_none(), "{proxy}");
+    assert!(args(proxy).contains(&"--http-address=127.0.0.1:4182".to_string()));
+    assert_eq!(proxy["readinessProbe"]["httpGet"], json!({"path": "/ping", "port": 4180}));
+    assert_eq!(proxy["livenessProbe"]["httpGet"], json!({"path": "/ping", "port": 4180}));
     assert_eq!(args(proxy), v.auth.proxy.args);
     assert!(
         args(proxy).contains(
@@ -1054,7 +1057,14 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     // joined with the image's own report, moved to 4098).
     assert!(args(gate).contains(&"--activity-listen=0.0.0.0:4097".to_string()));
     assert!(args(gate).contains(&"--activity-report=http://dev-tinycode-agent.team.svc:4098/activity".to_string()));
-    assert_eq!(gate["ports"], json!([{"name": "activity", "containerPort": 4097, "protocol": "TCP"}]));
+    assert_eq!(
+        gate["ports"],
+        json!([{"name": "front", "containerPort": 4180, "protocol": "TCP"},
+               {"name": "activity", "containerPort": 4097, "protocol": "TCP"}])
+    );
+    assert!(args(gate).contains(&"--front-listen=0.0.0.0:4180".to_string()));
+    assert!(args(gate).contains(&"--signin-upstream=http://127.0.0.1:4182".to_string()));
+    assert_eq!(gate["readinessProbe"]["httpGet"], json!({"path": "/tinycode-gate/healthz", "port": "front"}));
     let tc = container(deploy, "tinycode");
     assert!(tc["env"].as_array().unwrap().contains(&json!({"name": "TINYCODE_ACTIVITY_PORT", "value": "4098"})));
     assert!(!tc["ports"].as_array().unwrap().iter().any(|p| p["name"] == "activity"));
@@ -1112,6 +1122,10 @@ fn a_failed_sign_in_gets_the_instances_own_page() {
         let actions: std::collections::BTreeSet<&str> =
             page.split("{{").skip(1).map(|a| a.split("}}").next().unwrap().trim()).collect();
         assert_eq!(actions, [".Message", ".Title"].into(), "{mode}");
+        // The proxy's words, where the gate's front finds them for clients
+        // that are not browsers.
+        // (src/gate/tests.rs reads them from this file as the proxy fills it in).
+        assert!(page.contains("<meta name=\"tinycode-error\" content=\"{{.Title}}: {{.Message}}\">"), "{page}");
         assert!(v.auth.proxy.args.contains(&"--custom-templates-dir=/etc/tinycode/signin-pages".to_string()));
     }
     let (_, docs) = render_mode("password");

@@ -92,6 +92,14 @@ pub struct GateArgs {
     /// joined into the gate's; unset or unanswered: requests alone.
     #[arg(long)]
     pub activity_report: Option<String>,
+    /// Sign-in modes: the front's public port, in front of the sign-in
+    /// proxy (--signin-upstream). It passes everything on unchanged, but
+    /// tells a client that is not a browser the proxy's errors as plain text.
+    #[arg(long, requires = "signin_upstream")]
+    pub front_listen: Option<SocketAddr>,
+    /// The sign-in proxy (http://host:port on loopback) --front-listen passes requests to.
+    #[arg(long, requires = "front_listen")]
+    pub signin_upstream: Option<String>,
 }
 
 impl GateArgs {
@@ -115,6 +123,7 @@ impl GateArgs {
             password_secret: self.password_secret.clone().filter(|s| !s.is_empty()),
             activity_listen: self.activity_listen,
             activity_report: self.activity_report.clone().filter(|s| !s.is_empty()),
+            front: self.front_listen.zip(self.signin_upstream.clone()),
         }
     }
 }

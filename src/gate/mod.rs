@@ -2,8 +2,12 @@
 //! front pod, between the sign-in proxy and the tinycode server:
 //!
 //! ```text
-//! oauth2-proxy / oauth-proxy (public port) → gate (127.0.0.1:4181) → agent Service → tinycode server (4096)
+//! front (public port) → oauth2-proxy / oauth-proxy (127.0.0.1:4182) → gate (127.0.0.1:4181) → agent Service → tinycode server (4096)
 //! ```
+//!
+//! The front is this same process (`--front-listen`, `front.rs`): it passes
+//! every request to the proxy and back, and only turns the proxy's own
+//! errors into text for clients that are not browsers.
 //!
 //! The front stays up while tinycode is stopped, so the gate can tell an
 //! allowed user why it does not answer (`--agent`).
@@ -54,6 +58,7 @@
 pub mod activity;
 pub mod audit;
 pub mod browser;
+pub mod front;
 pub mod identity;
 pub mod pages;
 pub mod proxy;
@@ -231,8 +236,18 @@ impl GateService {
         }
     }
 
-    /// The answer to one request.
+    /// The answer to one request; in the sign-in modes marked as the
+    /// gate's, so the front in front of the proxy knows it from the proxy's
+    /// own ([`front::MARK`]).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let mut resp = self.answer(req).await;
+        if self.gate.mode != Mode::Password {
+            resp.headers_mut().insert(front::MARK, front::mark_value());
+        }
+        resp
+    }
+
+    async fn answer(&self, req: Request<Incoming>) -> Response<Body> {
         if req.uri().path() == HEALTH_PATH {
             return match *req.method() {
                 Method::GET | Method::HEAD => proxy::text(StatusCode::OK, "ok"),
@@ -319,6 +334,24 @@ pub struct Settings {
     pub activity_listen: Option<SocketAddr>,
     /// The image's own activity report, joined into the gate's.
     pub activity_report: Option<String>,
+    /// Sign-in modes: the front's public port (`front.rs`), and the sign-in
+    /// proxy's `http://host:port` it passes everything to.
+    pub front: Option<(SocketAddr, String)>,
+}
+
+/// The front's listener and service, when `settings` ask for one (the sign-in modes).
+async fn bind_front(settings: &Settings) -> Result<Option<(TcpListener, Arc<front::Front>)>, String> {
+    match (&settings.front, settings.mode) {
+        (None, _) => Ok(None),
+        (Some(_), Mode::Password) => {
+            Err("--front-listen is for the sign-in modes: in password mode --listen is the front".into())
+        }
+        (Some((addr, proxy_url)), _) => {
+            let front = Arc::new(front::Front::new(proxy_url, &settings.target.namespace, &settings.target.instance)?);
+            let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            Ok(Some((listener, front)))
+        }
+    }
 }
 
 /// Builds the gate from `settings` and serves until SIGTERM or SIGINT; an
@@ -370,6 +403,10 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let service = Arc::new(service);
     let listener =
         TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let front = bind_front(&settings).await?;
+    if let Some((listener, front)) = front {
+        tokio::spawn(front::serve(listener, front));
+    }
     if let Some(addr) = settings.activity_listen {
         let activity_listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         tokio::spawn(activity::serve(activity_listener, tracker));

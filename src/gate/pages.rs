@@ -171,7 +171,8 @@ pub fn page(
     )
 }
 
-fn html(status: StatusCode, body: &str) -> Response<Body> {
+/// `body` as an HTML answer: no script, nothing loaded, not framed, not kept.
+pub(super) fn html(status: StatusCode, body: &str) -> Response<Body> {
     let mut resp = Response::new(Body::from(body.to_string()));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();

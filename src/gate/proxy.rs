@@ -161,6 +161,9 @@ pub struct Upstream {
     authority: Authority,
     client: Client<HttpConnector, Body>,
     password: Password,
+    /// False for the front's hop to the sign-in proxy, which needs the
+    /// caller's cookies and credentials as they came.
+    replace_credentials: bool,
 }
 
 impl Upstream {
@@ -177,7 +180,19 @@ impl Upstream {
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(Upstream { scheme: scheme.clone(), authority: authority.clone(), client, password })
+        Ok(Upstream {
+            scheme: scheme.clone(),
+            authority: authority.clone(),
+            client,
+            password,
+            replace_credentials: true,
+        })
+    }
+
+    /// `url` as [`Upstream::new`], passed every header but the hop-by-hop
+    /// ones as it came (the front's hop to the sign-in proxy).
+    pub fn pass_through(url: &str) -> Result<Self, String> {
+        Ok(Upstream { replace_credentials: false, ..Upstream::new(url, Password::new(None))? })
     }
 
     /// The server's URI for a request's.
@@ -203,7 +218,9 @@ impl Upstream {
         if let Some(protocol) = protocol {
             keep_upgrade(&mut parts.headers, protocol);
         }
-        replace_credentials(&mut parts.headers, self.password.header());
+        if self.replace_credentials {
+            replace_credentials(&mut parts.headers, self.password.header());
+        }
         parts.uri = self.uri(&parts.uri);
         parts.version = Version::HTTP_11;
         let mut resp = match self.client.request(Request::from_parts(parts, Body::new(body))).await {

@@ -693,3 +693,185 @@ async fn a_password_front_asks_for_the_password_and_says_why_tinycode_is_down() 
     let refused = get(addr, "/", &[("Accept", "text/html"), ("Authorization", wrong.as_str())]).await;
     assert!(refused.starts_with("HTTP/1.1 401") && !refused.contains("spec.stopped"), "{refused}");
 }
+
+/// A stand-in sign-in proxy on 127.0.0.1: `/oauth2/callback` is its error
+/// page (from the chart's template, as Go's html/template fills it in),
+/// `/oauth2/big` an error page too long to read, `/ping` its health,
+/// `/nosession` its bare 401; anything else goes on to `gate` (the real
+/// gate) when there is one. Records what it was sent.
+async fn proxy_stand_in(gate: Option<SocketAddr>) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let record = seen.clone();
+    let template = include_str!("../../helm-charts/tinycode/files/signin-error.html")
+        .replace("@INSTANCE@", "ide")
+        .replace("@NAMESPACE@", "team-a")
+        .replace("{{.Title}}", "Forbidden")
+        .replace(
+            "{{.Message}}",
+            "Login Failed: Unable to find a valid CSRF token &amp; the state &#39;x&#39; &lt;expired&gt;. &#x2014; Please try again.",
+        );
+    let next = gate.map(|g| Upstream::pass_through(&format!("http://{g}")).unwrap()).map(Arc::new);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (record, template, next) = (record.clone(), template.clone(), next.clone());
+            let service = service_fn(move |req: Request<Incoming>| {
+                record.requests.lock().unwrap().push((req.uri().path().to_string(), req.headers().clone()));
+                let (template, next) = (template.clone(), next.clone());
+                async move {
+                    let html = |status: u16, body: String| {
+                        Response::builder()
+                            .status(status)
+                            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+                            .body(Body::from(body))
+                            .unwrap()
+                    };
+                    let resp = match (req.uri().path(), next) {
+                        ("/oauth2/callback", _) => html(403, template),
+                        ("/oauth2/big", _) => html(500, format!("{}{template}", " ".repeat(front::PAGE_LIMIT))),
+                        ("/ping", _) => Response::new(Body::from("OK")),
+                        ("/nosession", _) => Response::builder().status(401).body(Body::empty()).unwrap(),
+                        (_, Some(next)) => next.forward(req).await.unwrap_or_else(|_| html(502, "no gate".into())),
+                        (_, None) => html(404, "<p>no such page</p>".into()),
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades());
+        }
+    });
+    (addr, seen)
+}
+
+/// The gate's front on 127.0.0.1 before the sign-in proxy at `proxy`.
+async fn front_before(proxy: SocketAddr) -> SocketAddr {
+    let front = front::Front::new(&format!("http://{proxy}"), "team-a", "ide").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(front::serve(listener, Arc::new(front)));
+    addr
+}
+
+const BROWSER: (&str, &str) = ("Accept", "text/html,application/xhtml+xml,*/*;q=0.8");
+
+#[tokio::test]
+async fn the_proxys_errors_are_text_for_clients_that_are_not_browsers() {
+    let (proxy, _seen) = proxy_stand_in(None).await;
+    let addr = front_before(proxy).await;
+
+    // curl: the instance, the proxy's own words unescaped, what to do.
+    let resp = get(addr, "/oauth2/callback?state=x&code=y", &[("Accept", "*/*")]).await;
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(resp.to_ascii_lowercase().contains("content-type: text/plain"), "{resp}");
+    let body = resp.split_once("\r\n\r\n").unwrap().1;
+    assert!(
+        body.starts_with(
+            "tinycode ide in namespace team-a: the sign-in did not complete: Forbidden: Login Failed: Unable to \
+             find a valid CSRF token & the state 'x' <expired>. \u{2014} Please try again. (403).\n"
+        ),
+        "{body}"
+    );
+    assert!(body.contains("in a browser") && body.contains("cluster-admin"), "{body}");
+    assert!(!body.contains('<') || !body.contains("<html"), "no HTML: {body}");
+
+    // A browser gets the page as the proxy made it.
+    let resp = get(addr, "/oauth2/callback", &[BROWSER]).await;
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(resp.contains("<h1 id=\"instance\">ide</h1>"), "{resp}");
+
+    // A bare 401 (no session, asked for JSON) says so; a page too long to
+    // read is told by its status; HEAD gets no body.
+    let resp = get(addr, "/nosession", &[("Accept", "application/json")]).await;
+    assert!(resp.starts_with("HTTP/1.1 401"), "{resp}");
+    assert!(resp.contains("tinycode ide in namespace team-a: there is no signed-in session (401)."), "{resp}");
+    let resp = get(addr, "/oauth2/big", &[]).await;
+    assert!(resp.contains("the sign-in proxy answered 500 Internal Server Error (500)."), "{resp}");
+    let resp = request(addr, "HEAD", "/oauth2/callback", &[]).await;
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(resp.ends_with("\r\n\r\n"), "no body: {resp}");
+
+    // Answers under 400 pass unchanged; the front's own health needs no proxy.
+    let resp = get(addr, "/ping", &[]).await;
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("OK"), "{resp}");
+    let resp = get(addr, HEALTH_PATH, &[]).await;
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("ok"), "{resp}");
+}
+
+#[tokio::test]
+async fn the_front_passes_everything_on_and_never_rewrites_the_gates_answers() {
+    let (_events, rx) = mpsc::channel(1);
+    let (tinycode, at_tinycode) = stand_in(rx).await;
+    let (gate_addr, _dir) = gate(Mode::Oidc, Fake::new(&["alice"]), Duration::from_secs(30), tinycode).await;
+    let (proxy, at_proxy) = proxy_stand_in(Some(gate_addr)).await;
+    let addr = front_before(proxy).await;
+
+    // The proxy gets the caller's cookies, credentials and the router's
+    // forwarded headers as they came.
+    let sent = [
+        ("Cookie", "_tinycode_abc=session; theme=dark"),
+        ("Authorization", "Bearer from-the-client"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Host", "ide.apps.example.com"),
+        ("X-Forwarded-User", "alice"),
+    ];
+    let resp = get(addr, "/project", &sent).await;
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("hello from tinycode"), "{resp}");
+    assert!(!resp.to_ascii_lowercase().contains("x-tinycode-gate"), "the mark is taken off: {resp}");
+    let (path, headers) = at_proxy.last();
+    assert_eq!(path, "/project");
+    for (name, value) in sent {
+        assert_eq!(headers[name], value, "{name} reached the proxy as sent");
+    }
+    assert_eq!(headers[header::HOST], "ide.example.com");
+    assert_eq!(at_tinycode.count(), 1);
+
+    // The gate's refusal to a client that is not a browser is its own text,
+    // and a browser's its page: neither is rewritten.
+    let resp = get(addr, "/project", &[("X-Forwarded-User", "mallory")]).await;
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(resp.contains("kubectl create rolebinding"), "the gate's words: {resp}");
+    assert!(!resp.contains("sign-in did not complete"), "{resp}");
+    let resp = get(addr, "/project", &[("X-Forwarded-User", "mallory"), BROWSER]).await;
+    assert!(resp.contains("<code id=\"command\">"), "the gate's page: {resp}");
+    assert!(!resp.to_ascii_lowercase().contains("x-tinycode-gate"), "{resp}");
+
+    // A WebSocket goes through front, proxy and gate to tinycode and back.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: ide.example.com\r\nX-Forwarded-User: alice\r\n\
+          Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let head = read_until(&mut s, "\r\n\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s.write_all(b"through three hops").await.unwrap();
+    assert_eq!(read_until(&mut s, "through three hops").await, "through three hops");
+}
+
+#[tokio::test]
+async fn a_front_whose_proxy_is_down_says_so() {
+    let (_socket, nowhere) = nothing_listens();
+    let addr = front_before(nowhere).await;
+    let resp = get(addr, "/", &[]).await;
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(resp.contains("The sign-in of tinycode ide is not answering yet"), "{resp}");
+    let resp = get(addr, "/", &[BROWSER]).await;
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(resp.contains("<h1 id=\"instance\">ide</h1>") && resp.contains("http-equiv=\"refresh\""), "{resp}");
+}
+
+#[test]
+fn error_words_come_from_the_template_element_alone() {
+    assert_eq!(front::error_words("<p>no element</p>"), None);
+    assert_eq!(front::error_words("<meta name=\"tinycode-error\" content=\"\">"), None);
+    assert_eq!(
+        front::error_words("<meta name=\"tinycode-error\" content=\"A &amp;&#34;b&#34;\n  &bogus; &#xZZ; &\">"),
+        Some("A &\"b\" &bogus; &#xZZ; &".into())
+    );
+    let long = format!("<meta name=\"tinycode-error\" content=\"{}\">", "x".repeat(5000));
+    assert_eq!(front::error_words(&long).unwrap().len(), 1024);
+}

@@ -2,9 +2,12 @@
 //! gate's command lines, the relay credential, the RBAC check users must pass.
 //!
 //! The front (a Deployment of its own, which stays up while the agent is
-//! stopped): router → proxy (port [`PROXY_PORT`], the only port exposed) →
-//! gate ([`GATE_LISTEN`], loopback) → the agent's Service → tinycode (4096,
-//! open to the front's pods only). The proxy signs the user in; the gate
+//! stopped): router → the gate's front (port [`PROXY_PORT`], the only port
+//! exposed) → proxy ([`SIGNIN_PROXY_LISTEN`], loopback) → gate
+//! ([`GATE_LISTEN`], loopback) → the agent's Service → tinycode (4096, open
+//! to the front's pods only). The gate's front passes everything to the
+//! proxy and back, and tells clients that are not browsers the proxy's
+//! errors as text (`gate/front.rs`). The proxy signs the user in; the gate
 //! asks the apiserver whether that user may `use` the instance and presents
 //! the instance's password to tinycode, so users never see it. While the
 //! agent does not answer, the gate tells an allowed user why: starting,
@@ -16,10 +19,12 @@ use sha2::Sha256;
 use crate::api::AuthMode;
 use crate::settings::{OidcSettings, SigninSettings, UsernameClaim};
 
-/// The front's public port (named `front`): the proxy's in the sign-in
-/// modes, the gate's in password mode; what the Service, the Route or
-/// Ingress and the NetworkPolicy point at whenever there is a front.
+/// The front's public port (named `front`), the gate's in every mode: what
+/// the Service, the Route or Ingress and the NetworkPolicy point at
+/// whenever there is a front.
 pub const PROXY_PORT: u16 = 4180;
+/// Where the sign-in proxy listens: loopback, behind the gate's front.
+pub const SIGNIN_PROXY_LISTEN: &str = "127.0.0.1:4182";
 /// Where the gate listens: loopback, so only the proxy in the pod reaches it.
 pub const GATE_LISTEN: &str = "127.0.0.1:4181";
 /// tinycode's port, behind the agent's Service.
@@ -143,7 +148,7 @@ pub fn oauth2_proxy_args(
     let arg = |k: &str, v: &str| format!("--{k}={v}");
     let mut args = vec![
         arg("provider", "oidc"),
-        arg("http-address", &format!("0.0.0.0:{PROXY_PORT}")),
+        arg("http-address", SIGNIN_PROXY_LISTEN),
         arg("upstream", &format!("http://{GATE_LISTEN}/")),
         arg("oidc-issuer-url", &endpoints.issuer),
         arg("skip-oidc-discovery", "true"),
@@ -198,7 +203,7 @@ pub fn openshift_proxy_args(namespace: &str, name: &str, service_account: &str) 
     });
     vec![
         arg("provider", "openshift"),
-        arg("http-address", &format!("0.0.0.0:{PROXY_PORT}")),
+        arg("http-address", SIGNIN_PROXY_LISTEN),
         // Plain HTTP behind the router's edge termination.
         arg("https-address", ""),
         arg("upstream", &format!("http://{GATE_LISTEN}/")),
@@ -245,8 +250,9 @@ pub fn agent_url(namespace: &str, name: &str, port: u16) -> String {
 }
 
 /// The gate's arguments (`tinycode-operator gate`). In the sign-in modes it
-/// listens on loopback behind the proxy; in password mode it is the front's
-/// public port itself ([`PROXY_PORT`]) and checks the password
+/// listens on loopback behind the proxy, and its front on the public port
+/// ([`PROXY_PORT`]) in front of the proxy; in password mode it is the
+/// front's public port itself and checks the password
 /// (`password_secret` only names the Secret on its pages).
 pub fn gate_args(
     mode: AuthMode,
@@ -271,6 +277,8 @@ pub fn gate_args(
         arg("instance", name),
     ];
     if mode.signs_in() {
+        args.push(arg("front-listen", &format!("0.0.0.0:{PROXY_PORT}")));
+        args.push(arg("signin-upstream", &format!("http://{SIGNIN_PROXY_LISTEN}")));
         args.push(arg("cache-seconds", &signin.access_cache.as_secs().to_string()));
         args.push(arg("ca-file", &format!("{GATE_MOUNT}/ca.crt")));
     } else {

@@ -422,7 +422,8 @@ async fn get_through_ingress(node: &Node, url: &str, password: Option<&str>, ret
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    let target = format!("https://{host}:{}{}", node.ingress_port, parsed.path());
+    let query = parsed.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let target = format!("https://{host}:{}{}{query}", node.ingress_port, parsed.path());
     let deadline = Instant::now() + retry_for;
     loop {
         let mut req = http.get(&target);
@@ -1828,6 +1829,19 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
             ),
             "{carol}"
         );
+
+        // A client that is not a browser meeting the proxy's own error (here
+        // it calls the callback with the provider's refusal itself) gets it
+        // from the gate's front as text naming the instance, not the page.
+        let callback = format!("{}/oauth2/callback?error=access_denied&state=x", urls[0]);
+        let (status, body) = get_through_ingress(node, &callback, None, Duration::from_secs(60)).await;
+        assert!(status >= 400, "{status} {body}");
+        assert!(
+            body.starts_with(&format!("tinycode dev in namespace {ns}: the sign-in did not complete: ")),
+            "{status} {body}"
+        );
+        assert!(body.contains("access_denied") && body.contains(&format!("({status}).")), "{body}");
+        assert!(!body.contains('<'), "no HTML: {body}");
 
         let pages: Vec<String> = [
             "--url",

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, Service};
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::{Value, json};
@@ -397,8 +397,17 @@ async fn signed_in(
         ],
     )?;
 
+    // The proxy's own pages, as the chart's ConfigMap holds them.
+    let pages = Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+        .get(&naming::signin_pages("dev"))
+        .await
+        .ctx("sign-in pages ConfigMap")?;
+    let error_page = pages.data.and_then(|d| d.get("error.html").cloned()).ok_or("no error.html")?;
+    let pages_dir = mounts.join("signin-pages");
+    write_files(&pages_dir, &[("error.html", error_page.as_bytes())])?;
+
     let (tinycode_port, seen, standin) = standin_tinycode().await?;
-    let (gate_port, proxy_port) = (free_port()?, free_port()?);
+    let (gate_port, proxy_port, front_port) = (free_port()?, free_port()?, free_port()?);
     // The sign-in front: its own Deployment, reaching tinycode by the agent's Service.
     let deployment =
         Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::front("dev")).await.ctx("front deployment")?;
@@ -408,6 +417,9 @@ async fn signed_in(
         "gate",
         &[
             ("127.0.0.1:4181", format!("127.0.0.1:{gate_port}")),
+            // The front (the public port) before the proxy.
+            ("0.0.0.0:4180", format!("127.0.0.1:{front_port}")),
+            ("127.0.0.1:4182", format!("127.0.0.1:{proxy_port}")),
             (&format!("{agent}:4096"), format!("http://127.0.0.1:{tinycode_port}")),
             ("/var/run/secrets/tinycode/gate", gate_dir.display().to_string()),
             ("0.0.0.0:4097", format!("127.0.0.1:{activity_port}")),
@@ -420,8 +432,9 @@ async fn signed_in(
         &deployment,
         "signin-proxy",
         &[
-            ("0.0.0.0:4180", format!("127.0.0.1:{proxy_port}")),
+            ("127.0.0.1:4182", format!("127.0.0.1:{proxy_port}")),
             ("http://127.0.0.1:4181/", format!("http://127.0.0.1:{gate_port}/")),
+            ("/etc/tinycode/signin-pages", pages_dir.display().to_string()),
             ("/etc/tinycode/signin", signin_dir.display().to_string()),
         ],
     )?;
@@ -444,9 +457,10 @@ async fn signed_in(
             .spawn()
             .ctx("start oauth2-proxy")?,
     );
-    let front = Front { port: proxy_port, host: host.clone() };
+    let front = Front { port: front_port, host: host.clone() };
+    // Through the front, as the router and the kubelet's probes reach it.
     wait_for("oauth2-proxy /ping", Duration::from_secs(30), || async {
-        Ok(request(proxy_port, "/ping", &[]).await.ok().filter(|(s, _, _)| *s == 200).map(drop))
+        Ok(request(front_port, "/ping", &[]).await.ok().filter(|(s, _, _)| *s == 200).map(drop))
     })
     .await?;
     let pod_log = || std::fs::read_to_string(env.work.path().join("signin-pod.log")).unwrap_or_default();
@@ -464,6 +478,27 @@ async fn signed_in(
             format!("callback of the instance's host: {location}"),
         )?;
         ensure(seen.lock().unwrap().is_empty(), "a request without a session reached tinycode")?;
+
+        // The proxy's own error (the provider's refusal at the callback):
+        // its page, naming the instance, for a browser; the same as text,
+        // from the gate's front, for a client that is not one.
+        let callback = "/oauth2/callback?error=access_denied&state=x";
+        let browser = [("Accept", "text/html,*/*;q=0.8".to_string())];
+        let (status, headers, page) = front.send("GET", callback, &Jar::default(), &browser).await?;
+        ensure(status >= 400, format!("the refused callback: {status} {page}"))?;
+        ensure(header(&headers, "content-type").unwrap_or_default().starts_with("text/html"), "a page")?;
+        ensure(page.contains("<h1 id=\"instance\">dev</h1>"), format!("the instance's page: {page}"))?;
+        let (text_status, headers, text) = front.send("GET", callback, &Jar::default(), &[]).await?;
+        ensure_eq(text_status, status, "the same status as text")?;
+        ensure(header(&headers, "content-type").unwrap_or_default().starts_with("text/plain"), "text")?;
+        ensure(
+            text.starts_with(&format!("tinycode dev in namespace {ns}: the sign-in did not complete: "))
+                && text.contains("access_denied")
+                && !text.contains('<'),
+            format!("the proxy's words as text: {text}"),
+        )?;
+        ensure(header(&headers, "x-tinycode-gate").is_none(), "the gate's mark stays inside")?;
+        ensure(seen.lock().unwrap().is_empty(), "a refused callback reached tinycode")?;
 
         // The owner (namespace admin, so tinycode-user-role) gets in; the
         // gate presents the password, the user never saw it.
