@@ -66,6 +66,24 @@ pub struct TinycodeInstanceStatus {
     /// class change, a rotated Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendering: Option<RenderingStatus>,
+    /// Sign-in modes: who last opened the instance through its front, and
+    /// when. The front tells the operator's relay, which writes it (field
+    /// manager `tinycode-operator-last-use`); while someone uses the
+    /// instance it is at most a minute old, and a change of user shows
+    /// within seconds. The reconcile never writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_by: Option<LastUse>,
+}
+
+/// Who last used an instance, and when (`status.lastUsedBy`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LastUse {
+    /// The user name the sign-in proxy named (oidc: with the cluster's
+    /// username prefix the gate applies; openshift: the OpenShift user).
+    pub user: String,
+    /// When the relay was told (RFC 3339).
+    pub at: String,
 }
 
 /// The rendering that runs and the one that waits.

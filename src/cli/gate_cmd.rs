@@ -63,6 +63,11 @@ pub struct GateArgs {
     /// stopped for idleness starts it.
     #[arg(long)]
     pub start_url: Option<String>,
+    /// Sign-in modes: the operator relay's endpoint that records who used
+    /// this instance (<relay>/used/<namespace>/<instance>, status.lastUsedBy),
+    /// told with the start credential.
+    #[arg(long)]
+    pub used_url: Option<String>,
     /// The instance's start credential (from the front's Secret), presented
     /// at --start-url; re-read on every request to start.
     #[arg(long, default_value = "/var/run/secrets/tinycode/gate/start-credential")]
@@ -116,6 +121,7 @@ impl GateArgs {
             review_url: self.review_url.clone().filter(|s| !s.is_empty()),
             relay_credential_file: self.relay_credential_file.clone(),
             start_url: self.start_url.clone().filter(|s| !s.is_empty()),
+            used_url: self.used_url.clone().filter(|s| !s.is_empty()),
             start_credential_file: self.start_credential_file.clone(),
             ca_file: self.ca_file.clone(),
             api_server: self.api_server.clone().filter(|s| !s.is_empty()),

@@ -135,6 +135,8 @@ async fn serve_beside(
     let starts = Arc::new(crate::signin::start::KubeStarts { client: client.clone() });
     let starter = Arc::new(crate::signin::start::Starter::new(instances.clone(), starts));
     let mut router = crate::signin::start::start_router(settings.digest_key.0.clone(), starter.clone());
+    let writes = Arc::new(crate::signin::used::KubeUseWrites { client: client.clone() });
+    router = router.merge(crate::signin::used::used_router(settings.digest_key.0.clone(), instances.clone(), writes));
     if let Some(oidc) = settings.signin.oidc.clone() {
         let provider = crate::signin::oidc::Provider::new(oidc);
         tracing::info!(issuer = %provider.settings().issuer_url, "OIDC sign-in relay");

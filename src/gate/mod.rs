@@ -63,6 +63,7 @@ pub mod identity;
 pub mod pages;
 pub mod proxy;
 pub mod review;
+pub mod used;
 pub mod wake;
 
 use std::convert::Infallible;
@@ -187,6 +188,8 @@ pub struct GateService {
     waker: Option<wake::Waker>,
     /// Password mode: the Secret holding the password, named on the prompt's page.
     password_secret: Option<String>,
+    /// Sign-in modes: tells the relay who uses the instance (`status.lastUsedBy`).
+    reporter: Option<Arc<used::Reporter>>,
 }
 
 impl GateService {
@@ -198,7 +201,17 @@ impl GateService {
         activity: Arc<activity::Tracker>,
     ) -> Self {
         let proxy_cookie = crate::render::signin::cookie_name(&target.namespace, &target.instance);
-        GateService { gate, upstream, target, activity, proxy_cookie, agent, waker: None, password_secret: None }
+        GateService {
+            gate,
+            upstream,
+            target,
+            activity,
+            proxy_cookie,
+            agent,
+            waker: None,
+            password_secret: None,
+            reporter: None,
+        }
     }
 
     /// Password mode: the prompt's page names the Secret holding the password.
@@ -210,6 +223,12 @@ impl GateService {
     /// An idle-stopped instance is started when an allowed user opens it.
     pub fn with_waker(mut self, waker: wake::Waker) -> Self {
         self.waker = Some(waker);
+        self
+    }
+
+    /// Sign-in modes: each allowed user is named to the relay (`used.rs`).
+    pub fn with_reporter(mut self, reporter: Arc<used::Reporter>) -> Self {
+        self.reporter = Some(reporter);
         self
     }
 
@@ -263,6 +282,11 @@ impl GateService {
             Verdict::Pass(subject) => {
                 tracing::debug!(user = subject.as_ref().map_or("(password)", Subject::display_name), "gate: allowed");
                 self.activity.touch();
+                if let (Some(reporter), Some(Subject::User { name, .. } | Subject::Token { name: Some(name), .. })) =
+                    (&self.reporter, &subject)
+                {
+                    reporter.note(name);
+                }
                 let mut req = req;
                 browser::strip_proxy_cookies(req.headers_mut(), &self.proxy_cookie);
                 let html = pages::wants_html(req.headers());
@@ -321,6 +345,9 @@ pub struct Settings {
     /// The operator relay's start endpoint for this instance (None: an
     /// idle-stopped instance is not started by its users' requests).
     pub start_url: Option<String>,
+    /// Sign-in modes: the relay's endpoint that records who used the
+    /// instance (None: not recorded), with the start credential.
+    pub used_url: Option<String>,
     /// The instance's start credential, presented at `start_url`.
     pub start_credential_file: PathBuf,
     pub ca_file: PathBuf,
@@ -337,6 +364,28 @@ pub struct Settings {
     /// Sign-in modes: the front's public port (`front.rs`), and the sign-in
     /// proxy's `http://host:port` it passes everything to.
     pub front: Option<(SocketAddr, String)>,
+}
+
+/// The service's password page, audit lines and the relay's routes (start,
+/// who used it), as `settings` ask.
+fn with_relay(service: GateService, settings: &Settings) -> Result<GateService, String> {
+    let mut service = service.with_password_secret(settings.password_secret.clone());
+    if settings.mode != Mode::Password {
+        service = service.with_audit(Arc::new(audit::Audit::stdout(settings.target.clone())));
+    }
+    if let Some(url) = &settings.start_url {
+        service = service.with_waker(wake::Waker::new(url, &settings.start_credential_file)?);
+    }
+    match (&settings.used_url, settings.mode) {
+        (None, _) => {}
+        (Some(_), Mode::Password) => {
+            return Err("--used-url is for the sign-in modes: password mode names nobody".into());
+        }
+        (Some(url), _) => {
+            service = service.with_reporter(Arc::new(used::Reporter::new(url, &settings.start_credential_file)?));
+        }
+    }
+    Ok(service)
 }
 
 /// The front's listener and service, when `settings` ask for one (the sign-in modes).
@@ -392,14 +441,10 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     };
     let upstream = Upstream::new(&settings.upstream, password)?;
     let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
-    let mut service = GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone())
-        .with_password_secret(settings.password_secret.clone());
-    if settings.mode != Mode::Password {
-        service = service.with_audit(Arc::new(audit::Audit::stdout(settings.target.clone())));
-    }
-    if let Some(url) = &settings.start_url {
-        service = service.with_waker(wake::Waker::new(url, &settings.start_credential_file)?);
-    }
+    let service = with_relay(
+        GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone()),
+        &settings,
+    )?;
     let service = Arc::new(service);
     let listener =
         TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;

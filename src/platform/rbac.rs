@@ -69,7 +69,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resources: &["tinycodeinstances/status"],
         verbs: &["get", "patch", "update"],
         names: any,
-        why: "report phase, URL and conditions",
+        why: "report phase, URL and conditions, and who last used a sign-in instance (the relay)",
     },
     Permission {
         group: "tinycode.dev",

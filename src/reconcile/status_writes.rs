@@ -23,6 +23,7 @@ pub async fn write_status(
     status: &TinycodeInstanceStatus,
 ) -> Result<(), kube::Error> {
     let api: Api<TinycodeInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+    let status = &without_last_use(status);
     let patch = json!({
         "apiVersion": TinycodeInstance::api_version(&()),
         "kind": TinycodeInstance::kind(&()),
@@ -41,10 +42,18 @@ pub async fn write_status_if_changed(
     inst: &TinycodeInstance,
     status: &TinycodeInstanceStatus,
 ) -> Result<(), kube::Error> {
-    if inst.status.as_ref() == Some(status) {
+    if inst.status.as_ref().map(without_last_use) == Some(without_last_use(status)) {
         return Ok(());
     }
     write_status(ctx, inst, status).await
+}
+
+/// The status the reconcile owns: all but `lastUsedBy`, which the relay
+/// writes under its own field manager (`signin/used.rs`). Left out of the
+/// apply, it is neither taken over nor removed; left out of the comparison,
+/// a new user writes no status of the reconcile's.
+pub fn without_last_use(status: &TinycodeInstanceStatus) -> TinycodeInstanceStatus {
+    TinycodeInstanceStatus { last_used_by: None, ..status.clone() }
 }
 
 /// After a helm run the record cache may trail the cluster by a moment: wait

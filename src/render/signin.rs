@@ -129,6 +129,11 @@ pub fn relay_start_url(relay_url: &str, namespace: &str, name: &str) -> String {
     format!("{relay_url}/start/{namespace}/{name}")
 }
 
+/// The relay's endpoint that records who used one sign-in instance.
+pub fn relay_used_url(relay_url: &str, namespace: &str, name: &str) -> String {
+    format!("{relay_url}/used/{namespace}/{name}")
+}
+
 /// The relay's token endpoint for one instance.
 pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
     format!("{relay_url}/oidc/token/{namespace}/{name}")
@@ -300,6 +305,10 @@ pub fn gate_args(
     if signin.front {
         args.push(arg("start-url", &relay_start_url(&signin.relay_url, namespace, name)));
         args.push(arg("start-credential-file", &format!("{GATE_MOUNT}/{START_CREDENTIAL_KEY}")));
+        // Who used it (status.lastUsedBy): the sign-in modes name users.
+        if mode.signs_in() {
+            args.push(arg("used-url", &relay_used_url(&signin.relay_url, namespace, name)));
+        }
     }
     args
 }

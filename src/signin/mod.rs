@@ -3,7 +3,9 @@
 //! Connect provider (its endpoints and client secret) and the relay through
 //! which oidc instance pods redeem sign-in codes and ask for access reviews;
 //! [`start`] the relay's route through which every mode's front asks to
-//! start its idle-stopped instance (served with or without a provider).
+//! start its idle-stopped instance (served with or without a provider);
+//! [`used`] the route through which a sign-in front names who last used its
+//! instance (`status.lastUsedBy`).
 //!
 //! The other parts of sign-in live in the layer that does their kind of work:
 //! - what a sign-in pod is given: `render/signin.rs` (the proxy's values, the
@@ -16,3 +18,4 @@
 
 pub(crate) mod oidc;
 pub(crate) mod start;
+pub(crate) mod used;

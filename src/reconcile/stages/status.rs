@@ -69,6 +69,8 @@ pub fn applied(
         last_activity_time: plan.idle.last_activity_time.clone(),
         class: Some(plan.values.class_name.clone()).filter(|c| !c.is_empty()),
         rendering: Some(crate::reconcile::rollout::status(inst, plan)),
+        // The relay's (signin/used.rs), never written by the reconcile.
+        last_used_by: None,
     }
 }
 

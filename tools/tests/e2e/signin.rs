@@ -505,6 +505,16 @@ async fn signed_in(
         let alice_jar = sign_in(&front, admin_url, "alice@example.com").await?;
         let (status, _, body) = front.get("/session", &alice_jar).await?;
         ensure_eq((status, body.as_str()), (200, "tinycode"), "alice reaches tinycode")?;
+        // Who used it: the gate named alice to the relay, which wrote her
+        // into the status (the time it was told).
+        let last = wait_for("status.lastUsedBy naming alice", Duration::from_secs(30), || async {
+            Ok(get_instance(&admin, &ns, "dev")
+                .await?
+                .and_then(|i| i.status?.last_used_by)
+                .filter(|l| l.user == "alice@example.com"))
+        })
+        .await?;
+        ensure(last.at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), format!("lastUsedBy.at {}", last.at))?;
         let basic = format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD
@@ -563,6 +573,19 @@ async fn signed_in(
             )?;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+
+        // The start credential (in the namespace's Secret) names a user for
+        // its own instance alone, and only a name a person could have.
+        let start_credential = String::from_utf8_lossy(&data(&signin_secret, "start-credential")).to_string();
+        for (path, user, want) in [
+            (format!("/used/{ns}/other"), "mallory", 401),
+            (format!("/used/{ns}/dev"), "mallory\nroot", 400),
+            (format!("/used/{ns}/dev"), "", 400),
+        ] {
+            let got = used_post(relay_port, &path, &start_credential, user).await?;
+            ensure_eq(got, want, &format!("POST {path} naming {user:?}"))?;
+        }
+        ensure_eq(used_post(relay_port, &format!("/used/{ns}/dev"), "tsc1.00", "mallory").await?, 401, "a made-up credential")?;
 
         // Alice's relay credential redeems for no other instance (her own
         // Secret is all a tenant can read).
@@ -639,6 +662,23 @@ async fn signed_in(
         let (_, reason, _) = ready(&inst);
         ensure_eq(reason.as_str(), "Idle", "Ready's reason once nobody uses it")?;
         ensure(!inst.spec.stopped, "the operator wrote spec.stopped")?;
+        // The reconcile's status writes since kept lastUsedBy and own none of it.
+        let last = inst.status.as_ref().and_then(|s| s.last_used_by.clone());
+        ensure(
+            last.as_ref().is_some_and(|l| ["alice@example.com", "bob@example.com"].contains(&l.user.as_str())),
+            format!("status.lastUsedBy after the reconcile's writes: {last:?}"),
+        )?;
+        let owners: Vec<String> = inst
+            .metadata
+            .managed_fields
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.subresource.as_deref() == Some("status"))
+            .filter(|m| m.fields_v1.as_ref().is_some_and(|f| f.0.to_string().contains("f:lastUsedBy")))
+            .filter_map(|m| m.manager)
+            .collect();
+        ensure_eq(owners, vec!["tinycode-operator-last-use".to_string()], "who owns status.lastUsedBy")?;
         Ok::<(), String>(())
     }
     .await
@@ -704,6 +744,21 @@ async fn relay_post(port: u16, path: &str, credential: &str) -> Result<u16, Stri
         credential.replace('.', "%2E")
     );
     relay_post_form(port, path, &body).await
+}
+
+/// A front naming `user` at the relay's `path` with `credential`: the status.
+async fn used_post(port: u16, path: &str, credential: &str, user: &str) -> Result<u16, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = json!({ "user": user }).to_string();
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect relay")?;
+    let req = format!(
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.ctx("write")?;
+    let mut buf = String::new();
+    stream.read_to_string(&mut buf).await.ctx("read")?;
+    buf.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or(format!("relay answer: {buf}"))
 }
 
 /// A token request at the relay with the form `body`: the status.
