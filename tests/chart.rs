@@ -1003,8 +1003,9 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     );
     let pod = &front["spec"]["template"]["spec"];
     assert_eq!(front["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"], "front");
-    // Only the proxy's port is reachable from outside: the Service (so the
-    // Route or Ingress) selects the front and names the proxy's port.
+    // Only the front's port (the gate's, before the proxy) is reachable from
+    // outside: the Service (so the Route or Ingress) selects the front and
+    // names that port.
     let service = find(&docs, "Service", "dev-tinycode");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "front");
     assert_eq!(service["spec"]["selector"]["app.kubernetes.io/component"], "front");
@@ -1017,7 +1018,7 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
             .map(|p| p["port"].clone())
             .collect()
     };
-    // The front: the proxy's port, and the activity report for the operator alone.
+    // The front: its public port, and the activity report for the operator alone.
     let front_policy = find(&docs, "NetworkPolicy", "dev-tinycode-front");
     assert_eq!(front_policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "front");
     assert_eq!(ports_of(front_policy), vec![json!(4180), json!(4097)]);

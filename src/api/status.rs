@@ -66,11 +66,11 @@ pub struct TinycodeInstanceStatus {
     /// class change, a rotated Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendering: Option<RenderingStatus>,
-    /// Sign-in modes: who last opened the instance through its front, and
-    /// when. The front tells the operator's relay, which writes it (field
-    /// manager `tinycode-operator-last-use`); while someone uses the
-    /// instance it is at most a minute old, and a change of user shows
-    /// within seconds. The reconcile never writes it.
+    /// Sign-in modes (with fronts on): who last opened the instance through
+    /// its front, and when. The front tells the operator's relay, which
+    /// writes it (field manager `tinycode-operator-last-use`); while someone
+    /// uses the instance it is about a minute old at most, and a change of
+    /// user shows within seconds. The reconcile never writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used_by: Option<LastUse>,
 }

@@ -23,11 +23,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use tokio::net::TcpListener;
 
+use super::identity::Mode;
 use super::pages;
 use super::proxy::{self, Upstream};
 use super::{HEALTH_PATH, LIMITS};
@@ -46,20 +47,44 @@ const PAGE_WAIT: Duration = Duration::from_secs(5);
 /// escaping is the only encoding to undo.
 const WORDS: &str = "<meta name=\"tinycode-error\" content=\"";
 
+/// The headers the sign-in proxy sets for the gate behind it. A client's
+/// own are dropped here, so only the proxy's reach the gate, even where a
+/// proxy keeps a header it has no value for.
+const IDENTITY_HEADERS: [&str; 10] = [
+    "x-forwarded-user",
+    "x-forwarded-email",
+    "x-forwarded-groups",
+    "x-forwarded-preferred-username",
+    "x-forwarded-access-token",
+    "x-auth-request-user",
+    "x-auth-request-email",
+    "x-auth-request-groups",
+    "x-auth-request-preferred-username",
+    "x-auth-request-access-token",
+];
+
+/// The proxy's headers a rewritten answer keeps: its cookies (a failed
+/// callback clears its CSRF cookie), its challenge and its retry advice.
+const KEPT_HEADERS: [HeaderName; 3] = [header::SET_COOKIE, header::WWW_AUTHENTICATE, header::RETRY_AFTER];
+
 /// The front of one instance.
 pub struct Front {
     proxy: Upstream,
     namespace: String,
     instance: String,
+    mode: Mode,
 }
 
 impl Front {
-    /// `proxy_url` is the sign-in proxy's `http://host:port`.
-    pub fn new(proxy_url: &str, namespace: &str, instance: &str) -> Result<Self, String> {
+    /// `proxy_url` is the sign-in proxy's `http://host:port`; `mode` says
+    /// who signs users in (the operator's relay for oidc, the cluster's
+    /// OAuth server for openshift).
+    pub fn new(proxy_url: &str, namespace: &str, instance: &str, mode: Mode) -> Result<Self, String> {
         Ok(Front {
-            proxy: Upstream::pass_through(proxy_url)?,
+            proxy: Upstream::pass_through(proxy_url, "the sign-in proxy")?,
             namespace: namespace.to_string(),
             instance: instance.to_string(),
+            mode,
         })
     }
 
@@ -73,6 +98,10 @@ impl Front {
         }
         let html = pages::wants_html(req.headers());
         let head = req.method() == Method::HEAD;
+        let mut req = req;
+        for name in IDENTITY_HEADERS {
+            req.headers_mut().remove(name);
+        }
         let mut resp = match self.proxy.forward(req).await {
             Ok(resp) => resp,
             Err(_) => return self.proxy_down(html),
@@ -82,8 +111,17 @@ impl Front {
         }
         // The proxy's own refusal or error, to a client that shows no pages.
         let status = resp.status();
+        let mut kept = HeaderMap::new();
+        for name in KEPT_HEADERS {
+            for value in resp.headers().get_all(&name) {
+                kept.append(name.clone(), value.clone());
+            }
+        }
         let words = if head { None } else { self.proxy_words(resp).await };
-        proxy::text(status, self.text(status, words.as_deref()))
+        let mut text = proxy::text(status, self.text(status, words.as_deref()));
+        text.headers_mut().extend(kept);
+        text.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        text
     }
 
     /// The proxy's words from its error page, when the page is ours and
@@ -110,11 +148,14 @@ impl Front {
             (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, None) => "there is no signed-in session".to_string(),
             (status, None) => format!("the sign-in proxy answered {status}"),
         };
+        let through = match self.mode {
+            Mode::Openshift => "the cluster's OAuth server, whose log says why",
+            Mode::Oidc | Mode::Password => "the tinycode operator, whose log says why",
+        };
         format!(
             "tinycode {instance} in namespace {namespace}: {what} ({code}).\n\
              Sign in by opening this instance's URL in a browser. If it fails again, tell your \
-             cluster-admin when it happened: this instance's sign-in goes through the tinycode operator, \
-             whose log says why.\n",
+             cluster-admin when it happened: this instance's sign-in goes through {through}.\n",
             code = status.as_u16(),
         )
     }

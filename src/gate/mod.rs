@@ -94,10 +94,15 @@ pub const MAX_CACHED: usize = 4096;
 /// The longest `--cache-seconds`: a revoked RoleBinding must take effect within a minute.
 pub const MAX_CACHE_SECONDS: u64 = 60;
 
-/// What the gate's listener allows. Its only client is the proxy in the
-/// same pod (the listener is on loopback), which holds a connection per
-/// open WebSocket or event stream; a kept-alive connection may idle longer
-/// than Go's default 90 s, so the proxy closes idle connections first.
+/// What the gate's listeners allow. Behind the sign-in proxy its only
+/// client is the proxy in the same pod (on loopback), which holds a
+/// connection per open WebSocket or event stream; a kept-alive connection
+/// may idle longer than Go's default 90 s, so the proxy closes idle
+/// connections first. On the front's public port (password mode's
+/// listener, the sign-in modes' `--front-listen`) the clients are the
+/// router or ingress controller, every connection from its few addresses,
+/// so a per-peer cap would only cap the router; 1024 connections (open UIs
+/// and their streams) per instance is far above one team's use.
 pub const LIMITS: Limits = Limits {
     header_read_timeout: Duration::from_secs(120),
     // Unused by the gate: streams and WebSockets last as long as they last.
@@ -396,7 +401,12 @@ async fn bind_front(settings: &Settings) -> Result<Option<(TcpListener, Arc<fron
             Err("--front-listen is for the sign-in modes: in password mode --listen is the front".into())
         }
         (Some((addr, proxy_url)), _) => {
-            let front = Arc::new(front::Front::new(proxy_url, &settings.target.namespace, &settings.target.instance)?);
+            let front = Arc::new(front::Front::new(
+                proxy_url,
+                &settings.target.namespace,
+                &settings.target.instance,
+                settings.mode,
+            )?);
             let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             Ok(Some((listener, front)))
         }

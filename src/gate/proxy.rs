@@ -164,17 +164,23 @@ pub struct Upstream {
     /// False for the front's hop to the sign-in proxy, which needs the
     /// caller's cookies and credentials as they came.
     replace_credentials: bool,
+    /// What is behind it, in messages: "the tinycode server" or "the sign-in proxy".
+    what: &'static str,
 }
 
 impl Upstream {
     /// `url` is `http://host:port` (no path: requests keep theirs).
     pub fn new(url: &str, password: Password) -> Result<Self, String> {
-        let uri: Uri = url.parse().map_err(|e| format!("--upstream {url:?}: {e}"))?;
+        Self::build(url, password, "--upstream", "the tinycode server")
+    }
+
+    fn build(url: &str, password: Password, flag: &str, what: &'static str) -> Result<Self, String> {
+        let uri: Uri = url.parse().map_err(|e| format!("{flag} {url:?}: {e}"))?;
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
-            return Err(format!("--upstream {url:?} must be an http://host:port URL"));
+            return Err(format!("{flag} {url:?} must be an http://host:port URL"));
         };
         if *scheme != Scheme::HTTP || !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-            return Err(format!("--upstream {url:?} must be an http://host:port URL without a path"));
+            return Err(format!("{flag} {url:?} must be an http://host:port URL without a path"));
         }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -186,13 +192,16 @@ impl Upstream {
             client,
             password,
             replace_credentials: true,
+            what,
         })
     }
 
-    /// `url` as [`Upstream::new`], passed every header but the hop-by-hop
-    /// ones as it came (the front's hop to the sign-in proxy).
-    pub fn pass_through(url: &str) -> Result<Self, String> {
-        Ok(Upstream { replace_credentials: false, ..Upstream::new(url, Password::new(None))? })
+    /// `url` (`--signin-upstream`) as [`Upstream::new`], passed every header
+    /// but the hop-by-hop ones as it came (the front's hop to the sign-in
+    /// proxy); `what` names it in messages.
+    pub fn pass_through(url: &str, what: &'static str) -> Result<Self, String> {
+        let upstream = Self::build(url, Password::new(None), "--signin-upstream", what)?;
+        Ok(Upstream { replace_credentials: false, ..upstream })
     }
 
     /// The server's URI for a request's.
@@ -226,17 +235,17 @@ impl Upstream {
         let mut resp = match self.client.request(Request::from_parts(parts, Body::new(body))).await {
             Ok(resp) => resp,
             Err(e) if e.is_connect() => {
-                tracing::debug!(error = %e, "gate: no connection to the tinycode server");
+                tracing::debug!(error = %e, upstream = self.what, "gate: no connection");
                 return Err(NotAnswering);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "gate: the tinycode server did not answer");
-                return Ok(text(StatusCode::BAD_GATEWAY, "Bad gateway: the tinycode server did not answer\n"));
+                tracing::warn!(error = %e, upstream = self.what, "gate: no answer");
+                return Ok(text(StatusCode::BAD_GATEWAY, format!("Bad gateway: {} did not answer\n", self.what)));
             }
         };
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(caller_upgrade) = caller_upgrade else {
-                tracing::warn!("gate: the tinycode server switched protocols unasked");
+                tracing::warn!(upstream = self.what, "gate: a protocol switch nobody asked for");
                 return Ok(text(StatusCode::BAD_GATEWAY, "Bad gateway: unexpected protocol switch\n"));
             };
             let server_upgrade = hyper::upgrade::on(&mut resp);

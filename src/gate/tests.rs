@@ -698,7 +698,8 @@ async fn a_password_front_asks_for_the_password_and_says_why_tinycode_is_down() 
 /// page (from the chart's template, as Go's html/template fills it in),
 /// `/oauth2/big` an error page too long to read, `/ping` its health,
 /// `/nosession` its bare 401; anything else goes on to `gate` (the real
-/// gate) when there is one. Records what it was sent.
+/// gate) when there is one, as the user its cookie `proxy_user` names (the
+/// proxy's session, in X-Forwarded-User). Records what it was sent.
 async fn proxy_stand_in(gate: Option<SocketAddr>) -> (SocketAddr, Arc<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -712,13 +713,22 @@ async fn proxy_stand_in(gate: Option<SocketAddr>) -> (SocketAddr, Arc<Seen>) {
             "{{.Message}}",
             "Login Failed: Unable to find a valid CSRF token &amp; the state &#39;x&#39; &lt;expired&gt;. &#x2014; Please try again.",
         );
-    let next = gate.map(|g| Upstream::pass_through(&format!("http://{g}")).unwrap()).map(Arc::new);
+    let next = gate.map(|g| Upstream::pass_through(&format!("http://{g}"), "the gate").unwrap()).map(Arc::new);
     tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
             let (record, template, next) = (record.clone(), template.clone(), next.clone());
-            let service = service_fn(move |req: Request<Incoming>| {
+            let service = service_fn(move |mut req: Request<Incoming>| {
                 record.requests.lock().unwrap().push((req.uri().path().to_string(), req.headers().clone()));
+                let session = req
+                    .headers()
+                    .get(header::COOKIE)
+                    .and_then(|c| c.to_str().ok())
+                    .and_then(|c| c.split(';').find_map(|p| p.trim().strip_prefix("proxy_user=")))
+                    .map(str::to_string);
+                if let Some(user) = session {
+                    req.headers_mut().insert("x-forwarded-user", user.parse().unwrap());
+                }
                 let (template, next) = (template.clone(), next.clone());
                 async move {
                     let html = |status: u16, body: String| {
@@ -729,7 +739,11 @@ async fn proxy_stand_in(gate: Option<SocketAddr>) -> (SocketAddr, Arc<Seen>) {
                             .unwrap()
                     };
                     let resp = match (req.uri().path(), next) {
-                        ("/oauth2/callback", _) => html(403, template),
+                        ("/oauth2/callback", _) => {
+                            let mut page = html(403, template);
+                            page.headers_mut().insert(header::SET_COOKIE, "_csrf=; Max-Age=0".parse().unwrap());
+                            page
+                        }
                         ("/oauth2/big", _) => html(500, format!("{}{template}", " ".repeat(front::PAGE_LIMIT))),
                         ("/ping", _) => Response::new(Body::from("OK")),
                         ("/nosession", _) => Response::builder().status(401).body(Body::empty()).unwrap(),
@@ -747,7 +761,7 @@ async fn proxy_stand_in(gate: Option<SocketAddr>) -> (SocketAddr, Arc<Seen>) {
 
 /// The gate's front on 127.0.0.1 before the sign-in proxy at `proxy`.
 async fn front_before(proxy: SocketAddr) -> SocketAddr {
-    let front = front::Front::new(&format!("http://{proxy}"), "team-a", "ide").unwrap();
+    let front = front::Front::new(&format!("http://{proxy}"), "team-a", "ide", Mode::Oidc).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(front::serve(listener, Arc::new(front)));
@@ -774,6 +788,9 @@ async fn the_proxys_errors_are_text_for_clients_that_are_not_browsers() {
         "{body}"
     );
     assert!(body.contains("in a browser") && body.contains("cluster-admin"), "{body}");
+    // The proxy's cookies and the answer's freshness are kept.
+    let lower = resp.to_ascii_lowercase();
+    assert!(lower.contains("set-cookie: _csrf=; max-age=0") && lower.contains("cache-control: no-store"), "{resp}");
     assert!(!body.contains('<') || !body.contains("<html"), "no HTML: {body}");
 
     // A browser gets the page as the proxy made it.
@@ -808,15 +825,16 @@ async fn the_front_passes_everything_on_and_never_rewrites_the_gates_answers() {
     let addr = front_before(proxy).await;
 
     // The proxy gets the caller's cookies, credentials and the router's
-    // forwarded headers as they came.
+    // forwarded headers as they came, and none of the identity headers
+    // only the proxy may set.
     let sent = [
-        ("Cookie", "_tinycode_abc=session; theme=dark"),
+        ("Cookie", "proxy_user=alice; theme=dark"),
         ("Authorization", "Bearer from-the-client"),
         ("X-Forwarded-Proto", "https"),
         ("X-Forwarded-Host", "ide.apps.example.com"),
-        ("X-Forwarded-User", "alice"),
     ];
-    let resp = get(addr, "/project", &sent).await;
+    let forged = [("X-Forwarded-User", "mallory"), ("X-Forwarded-Email", "root@example.com")];
+    let resp = get(addr, "/project", &[&sent[..], &forged[..]].concat()).await;
     assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("hello from tinycode"), "{resp}");
     assert!(!resp.to_ascii_lowercase().contains("x-tinycode-gate"), "the mark is taken off: {resp}");
     let (path, headers) = at_proxy.last();
@@ -824,23 +842,26 @@ async fn the_front_passes_everything_on_and_never_rewrites_the_gates_answers() {
     for (name, value) in sent {
         assert_eq!(headers[name], value, "{name} reached the proxy as sent");
     }
+    for (name, _) in forged {
+        assert!(headers.get(name).is_none(), "the client's {name} reached the proxy");
+    }
     assert_eq!(headers[header::HOST], "ide.example.com");
     assert_eq!(at_tinycode.count(), 1);
 
     // The gate's refusal to a client that is not a browser is its own text,
     // and a browser's its page: neither is rewritten.
-    let resp = get(addr, "/project", &[("X-Forwarded-User", "mallory")]).await;
+    let resp = get(addr, "/project", &[("Cookie", "proxy_user=mallory")]).await;
     assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
     assert!(resp.contains("kubectl create rolebinding"), "the gate's words: {resp}");
     assert!(!resp.contains("sign-in did not complete"), "{resp}");
-    let resp = get(addr, "/project", &[("X-Forwarded-User", "mallory"), BROWSER]).await;
+    let resp = get(addr, "/project", &[("Cookie", "proxy_user=mallory"), BROWSER]).await;
     assert!(resp.contains("<code id=\"command\">"), "the gate's page: {resp}");
     assert!(!resp.to_ascii_lowercase().contains("x-tinycode-gate"), "{resp}");
 
     // A WebSocket goes through front, proxy and gate to tinycode and back.
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: ide.example.com\r\nX-Forwarded-User: alice\r\n\
+        b"GET /ws HTTP/1.1\r\nHost: ide.example.com\r\nCookie: proxy_user=alice\r\n\
           Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
           Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
     )

@@ -45,8 +45,12 @@ impl Reporter {
         })
     }
 
-    /// `user` was let in: tell the relay, when it is due.
+    /// `user` was let in: tell the relay, when it is due and the relay
+    /// would take the name.
     pub fn note(self: &Arc<Self>, user: &str) {
+        if crate::signin::used::check_user(user).is_err() {
+            return;
+        }
         {
             let mut last = self.last.lock().expect("lock");
             if !due(last.as_ref().map(|(u, at)| (u.as_str(), at.elapsed())), user) {

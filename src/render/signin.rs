@@ -90,7 +90,8 @@ pub fn relay_credential_matches(client_secret: &[u8], namespace: &str, name: &st
 /// Secret): an HMAC of the instance's identity keyed with the operator's
 /// digest key, which never leaves the operator's namespace. Whoever reads it
 /// (a tenant who may read the namespace's Secrets, who may start the
-/// instance anyway) can start that one instance and nothing else.
+/// instance anyway) can start that one instance, and name anyone in its
+/// `status.lastUsedBy` (`signin/used.rs`), and nothing else.
 pub fn start_credential(key: &[u8], namespace: &str, name: &str) -> String {
     format!("tsc1.{}", hex::encode(instance_mac(key, START_LABEL, namespace, name).finalize().into_bytes()))
 }

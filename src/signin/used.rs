@@ -9,9 +9,12 @@
 //! Secrets holds the start credential and can name any user for that one
 //! instance (as they can start it); the audit lines of the gate
 //! (`gate/audit.rs`) and the platform's log collector are the record to
-//! trust. Writes are bounded: for one instance at most one per
-//! [`SAME_USER_EVERY`] while the user stays the same, and one per
-//! [`ANY_USER_EVERY`] whoever asks, so a flood costs a few writes a minute.
+//! trust. The gate tells the relay at most once per [`SAME_USER_EVERY`]
+//! while the user stays the same, and once per [`ANY_USER_EVERY`] in all.
+//! The relay holds each operator replica to a little less
+//! ([`RELAY_SAME_USER_EVERY`], [`RELAY_ANY_USER_EVERY`]), so a front's
+//! reports, which arrive a little early or late, are written, while a
+//! flood costs a few writes a minute.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,11 +34,15 @@ use crate::render::signin;
 
 /// The field manager of the relay's `lastUsedBy` writes.
 pub const FIELD_MANAGER: &str = "tinycode-operator-last-use";
-/// An instance's `lastUsedBy` is rewritten for the same user at most this often.
+/// A gate tells the relay the same user at most this often.
 pub const SAME_USER_EVERY: Duration = Duration::from_secs(60);
-/// An instance's `lastUsedBy` is rewritten at most this often, whoever asks.
+/// A gate tells the relay at most this often, whoever it let in.
 pub const ANY_USER_EVERY: Duration = Duration::from_secs(5);
-/// The longest user name written; the gate refuses longer identities anyway.
+/// The relay writes an instance's `lastUsedBy` for the same user at most this often.
+pub const RELAY_SAME_USER_EVERY: Duration = Duration::from_secs(45);
+/// The relay writes an instance's `lastUsedBy` at most this often, whoever is named.
+pub const RELAY_ANY_USER_EVERY: Duration = Duration::from_secs(3);
+/// The longest user name written; a gate tells no longer one.
 pub const MAX_USER_BYTES: usize = 512;
 /// The longest request body read.
 const MAX_BODY_BYTES: usize = 2048;
@@ -62,12 +69,21 @@ pub fn check_user(user: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Whether to write `user` now, given the last write for the instance (pure).
+/// Whether a gate tells the relay of `user` now, given the last it told (pure).
 pub fn due(last: Option<(&str, Duration)>, user: &str) -> bool {
+    due_within(last, user, SAME_USER_EVERY, ANY_USER_EVERY)
+}
+
+/// Whether the relay writes `user` now, given its last write for the instance (pure).
+pub fn relay_due(last: Option<(&str, Duration)>, user: &str) -> bool {
+    due_within(last, user, RELAY_SAME_USER_EVERY, RELAY_ANY_USER_EVERY)
+}
+
+fn due_within(last: Option<(&str, Duration)>, user: &str, same: Duration, any: Duration) -> bool {
     match last {
         None => true,
-        Some((_, ago)) if ago < ANY_USER_EVERY => false,
-        Some((last_user, ago)) => last_user != user || ago >= SAME_USER_EVERY,
+        Some((_, ago)) if ago < any => false,
+        Some((last_user, ago)) => last_user != user || ago >= same,
     }
 }
 
@@ -82,7 +98,7 @@ impl Written {
     fn claim(&self, namespace: &str, name: &str, user: &str) -> bool {
         let mut last = self.last.lock().expect("lock");
         let key = (namespace.to_string(), name.to_string());
-        if !due(last.get(&key).map(|(u, at)| (u.as_str(), at.elapsed())), user) {
+        if !relay_due(last.get(&key).map(|(u, at)| (u.as_str(), at.elapsed())), user) {
             return false;
         }
         if last.len() >= MAX_REMEMBERED {
@@ -93,6 +109,11 @@ impl Written {
         }
         last.insert(key, (user.to_string(), Instant::now()));
         true
+    }
+
+    /// Gives a claim back (the write failed: the next report tries again).
+    fn release(&self, namespace: &str, name: &str) {
+        self.last.lock().expect("lock").remove(&(namespace.to_string(), name.to_string()));
     }
 }
 
@@ -183,6 +204,7 @@ async fn used(
     match route.writes.write(&namespace, &name, &user).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => {
+            route.written.release(&namespace, &name);
             tracing::warn!(namespace, name, error = %e, "relay: cannot write status.lastUsedBy");
             refuse(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable")
         }
@@ -195,11 +217,18 @@ mod tests {
 
     #[test]
     fn a_write_is_due_for_a_new_user_soon_and_for_the_same_user_rarely() {
-        assert!(due(None, "alice"));
-        assert!(!due(Some(("alice", Duration::from_secs(1))), "bob"), "within the floor, whoever asks");
-        assert!(due(Some(("alice", ANY_USER_EVERY)), "bob"), "a new user after the floor");
-        assert!(!due(Some(("alice", Duration::from_secs(30))), "alice"), "the same user within the minute");
-        assert!(due(Some(("alice", SAME_USER_EVERY)), "alice"));
+        for due in [due, relay_due] {
+            assert!(due(None, "alice"));
+            assert!(!due(Some(("alice", Duration::from_secs(1))), "bob"), "within the floor, whoever asks");
+            assert!(due(Some(("alice", ANY_USER_EVERY)), "bob"), "a new user after the floor");
+            assert!(!due(Some(("alice", Duration::from_secs(30))), "alice"), "the same user within the minute");
+            assert!(due(Some(("alice", SAME_USER_EVERY)), "alice"));
+        }
+        // A gate's report that comes a little early (the gate counts from
+        // its send, the relay from its receipt) is still written.
+        let early = |d: Duration| d - Duration::from_millis(1500);
+        assert!(relay_due(Some(("alice", early(SAME_USER_EVERY))), "alice"));
+        assert!(relay_due(Some(("alice", early(ANY_USER_EVERY))), "bob"));
     }
 
     #[test]
@@ -221,5 +250,7 @@ mod tests {
             assert!(!written.claim("team", "dev", user));
         }
         assert!(written.claim("team", "other", "mallory"), "another instance is its own");
+        written.release("team", "dev");
+        assert!(written.claim("team", "dev", "bob"), "after a failed write, the next report is written");
     }
 }
