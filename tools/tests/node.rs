@@ -1807,6 +1807,20 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
         assert_eq!(alice["title"], "tinycode stand-in", "tinycode answered alice: {alice}");
         let pod = pods[0].metadata.name.clone().unwrap();
         assert_eq!(alice["elements"]["#pod"], pod.as_str(), "the instance's own pod: {alice}");
+        // Who used it: the front's gate named alice to the operator's relay
+        // (in its pod, through its Service), which wrote her into the status.
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<TinycodeInstance>(&()));
+        let last = wait_for("status.lastUsedBy naming alice", Duration::from_secs(60), || {
+            let api = api.clone();
+            async move {
+                let inst = api.get("dev").await.ok()?;
+                let last = inst.data["status"]["lastUsedBy"].clone();
+                (last["user"] == "alice@example.com").then_some(last)
+            }
+        })
+        .await;
+        assert!(last["at"].as_str().is_some_and(|t| t.parse::<k8s_openapi::jiff::Timestamp>().is_ok()), "{last}");
 
         // Signed in at dev, the same browser opens other: its sign-in starts
         // over at the provider (dev's session cookie is not other's).
