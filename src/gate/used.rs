@@ -8,12 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::signin::used::due;
-
-/// How long the relay has to answer.
-const RELAY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Reporter {
     url: String,
@@ -28,15 +25,9 @@ impl Reporter {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(format!("--used-url {url:?} must be an http(s) URL"));
         }
-        let _ = rustls::crypto::ring::default_provider().install_default();
         // No kept-alive connection: reports are rare, and the relay allows a
         // peer (a front pod) few connections, which its reviews and starts need.
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .timeout(RELAY_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        let http = super::wake::relay_client(reqwest::Client::builder().pool_max_idle_per_host(0))?;
         Ok(Reporter {
             url: url.to_string(),
             credential_file: credential_file.to_path_buf(),

@@ -20,6 +20,18 @@ pub const ASK_EVERY: Duration = Duration::from_secs(10);
 /// How long the relay has to answer.
 const RELAY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// An HTTP client for the operator's relay, from `builder`: the relay's
+/// timeout, no redirects (the relay sends none).
+pub(super) fn relay_client(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, String> {
+    // reqwest is built without a crypto provider of its own (kube brings ring).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    builder
+        .timeout(RELAY_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))
+}
+
 pub struct Waker {
     url: String,
     credential_file: PathBuf,
@@ -34,12 +46,7 @@ impl Waker {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(format!("--start-url {url:?} must be an http(s) URL"));
         }
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(RELAY_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        let http = relay_client(reqwest::Client::builder())?;
         Ok(Waker {
             url: url.to_string(),
             credential_file: credential_file.to_path_buf(),

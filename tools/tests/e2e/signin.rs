@@ -748,27 +748,22 @@ async fn relay_post(port: u16, path: &str, credential: &str) -> Result<u16, Stri
 
 /// A front naming `user` at the relay's `path` with `credential`: the status.
 async fn used_post(port: u16, path: &str, credential: &str, user: &str) -> Result<u16, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = json!({ "user": user }).to_string();
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect relay")?;
-    let req = format!(
-        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(req.as_bytes()).await.ctx("write")?;
-    let mut buf = String::new();
-    stream.read_to_string(&mut buf).await.ctx("read")?;
-    buf.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or(format!("relay answer: {buf}"))
+    let headers = format!("Authorization: Bearer {credential}\r\nContent-Type: application/json\r\n");
+    relay_post_raw(port, path, &headers, &body).await
 }
 
 /// A token request at the relay with the form `body`: the status.
 async fn relay_post_form(port: u16, path: &str, body: &str) -> Result<u16, String> {
+    relay_post_raw(port, path, "Content-Type: application/x-www-form-urlencoded\r\n", body).await
+}
+
+/// One POST to the relay, written by hand (`headers`: whole lines): the status.
+async fn relay_post_raw(port: u16, path: &str, headers: &str, body: &str) -> Result<u16, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ctx("connect relay")?;
-    let req = format!(
-        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let req =
+        format!("POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len());
     stream.write_all(req.as_bytes()).await.ctx("write")?;
     let mut buf = String::new();
     stream.read_to_string(&mut buf).await.ctx("read")?;
