@@ -174,3 +174,8 @@ shellcheck: ## shellcheck the hack/ scripts
 bench-model-keys: ## What the model-key proxy adds to a model request and the memory it holds (docs/benchmarks.md)
 	cargo build --release --bin tinycode-operator
 	cargo run --release --example model_keys_bench -- target/release/tinycode-operator
+
+.PHONY: bench-front
+bench-front: ## What the sign-in front's hop adds to each request of a sign-in instance (docs/benchmarks.md)
+	cargo build --release --bin tinycode-operator
+	cargo run --release --example front_bench -- target/release/tinycode-operator
