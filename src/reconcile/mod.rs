@@ -76,6 +76,10 @@ const RESYNC_DEPLOYING: Duration = Duration::from_secs(30);
 /// (pulled at last, a volume bound) do not touch the Deployment, so no watch
 /// event says the cause is gone or has changed.
 const RESYNC_DIAGNOSED: Duration = Duration::from_secs(15);
+/// After a helm run with another manager's write seconds old (plan's
+/// `recent_foreign_write`): long enough that a repair it calls for writes its
+/// record in a later second than the write, on clocks a little apart.
+const LOOK_AGAIN_SOON: Duration = Duration::from_secs(3);
 /// Most server pods read for a diagnosis: one instance runs few, and more
 /// (pods a tenant labelled alike) add nothing to it.
 const DIAGNOSIS_PODS: u32 = 20;
@@ -304,6 +308,9 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     ctx.metrics.phase(&instance_key(inst), Some(phase));
     if let Some(held) = &plan.held {
         return Ok(Action::requeue(rollout::recheck(held, ctx.settings.idle.check_interval, Timestamp::now())));
+    }
+    if plan.helm.is_some() && plan.look_again_soon {
+        return Ok(Action::requeue(LOOK_AGAIN_SOON));
     }
     let settled = matches!(phase, Phase::Running | Phase::Stopped);
     if resizing {

@@ -117,6 +117,10 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     change_class("112m", LONG).await?;
     waiting(&c, &ns, "busy").await?;
     let edit = json!({"spec": {"template": {"metadata": {"annotations": {"alice": "was-here"}}}}});
+    // Early in a second, so the repair's helm record falls in the same one
+    // (times have one-second resolution): that write must not stay drift
+    // and turn the next change into a repair that skips the wait (CI runs 32, 33).
+    start_of_a_second().await;
     deployments
         .patch(&naming::fullname("busy"), &PatchParams::default(), &Patch::Merge(edit))
         .await
@@ -173,6 +177,13 @@ async fn scenario(env: &mut Env, shared: &Shared) -> TestResult {
     }
     classes.delete(&class, &DeleteParams::default()).await.ctx("delete the class")?;
     Ok(())
+}
+
+/// Sleeps until 20 ms into the next second of the wall clock.
+async fn start_of_a_second() {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let into = Duration::from_nanos(u64::from(since.subsec_nanos()));
+    tokio::time::sleep(Duration::from_millis(1020) - into).await;
 }
 
 /// Waits until `name`'s status says a rendering waits; returns status.rendering.

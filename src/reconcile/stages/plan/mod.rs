@@ -69,6 +69,9 @@ pub struct Plan {
     /// The rendering waits for the busy agent (helm does not run): set by
     /// `reconcile/rollout.rs` after the plan, never by [`plan`].
     pub held: Option<Held>,
+    /// Helm runs while another manager's write is seconds old: look again
+    /// soon ([`recent_foreign_write`]).
+    pub look_again_soon: bool,
 }
 
 /// A rendering that waits for the agent.
@@ -221,6 +224,8 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
     let unhandled = valid.request.as_ref().and_then(ReconcileRequest::unhandled);
     let release = release_state(&observed.release, observed.deployment.as_deref(), &values, unhandled);
     let helm = next_action(&release);
+    let look_again_soon =
+        helm.is_some() && recent_foreign_write(&observed.release, observed.deployment.as_deref(), observed.now);
     let mut conditions =
         conditions::vllm(&vllm::summarize(spec, &observed.providers, &observed.discovered, observed.discovery_skipped));
     conditions.extend(valid.cluster_admin_condition.clone());
@@ -253,6 +258,7 @@ pub fn plan(valid: &ValidInstance, observed: &Observed, settings: &Settings) -> 
         request: valid.request.as_ref().map(|r| r.value.clone()),
         idle: valid.idle.clone(),
         held: None,
+        look_again_soon,
     }
 }
 
@@ -352,6 +358,32 @@ fn repair(
         }
     }
     None
+}
+
+/// How far back a foreign write counts as recent: the one second of the
+/// times' resolution, and one more for clocks that disagree.
+const RECENT: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(2);
+
+/// Whether another manager wrote the Deployment or a rendered object within
+/// [`RECENT`] of `now`. Written times and the record's creation have
+/// one-second resolution, so such a write may fall in the second of the
+/// release this helm run writes, which then cannot tell whether it came
+/// before the run or after. It counts as after ([`release::foreign_write_after`]),
+/// so it is repaired; looking again a little later repairs it by itself, in a
+/// later second, rather than with the next change, which could have waited
+/// for a busy agent (`reconcile/rollout.rs`) and would not.
+pub fn recent_foreign_write(
+    release: &ReleaseFacts,
+    deployment: Option<&Deployment>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> bool {
+    let since = now.checked_sub(RECENT).ok();
+    let rendered = release.rendered.iter().filter(|(obj, _)| obj.kind != "PersistentVolumeClaim");
+    deployment
+        .map(|d| &d.metadata)
+        .into_iter()
+        .chain(rendered.filter_map(|(_, meta)| meta.as_ref()))
+        .any(|meta| since.is_some() && release::foreign_write_after(meta, since).is_some())
 }
 
 fn grant(

@@ -449,3 +449,44 @@ fn a_generated_password_is_created_once_and_digested_before_it_exists() {
     assert_eq!(plan_for(&inst, &obs2).values.values_hash, p.values.values_hash, "no second rollout after creation");
     assert!(plan_for(&inst, &obs2).password_secret.is_none());
 }
+
+#[test]
+fn a_repair_of_a_write_seconds_old_looks_again_soon() {
+    let inst = instance(serde_json::json!({}));
+    let hash = plan_for(&inst, &observed()).values.values_hash;
+    // The record of the last run was written at at(0); alice writes at `edit`; it is now at(10).
+    let case = |edit: i64, status_only: bool| {
+        let mut obs = observed();
+        obs.now = at(10);
+        obs.release = records(&[ReleaseStatus::Deployed]);
+        let mut write = managed("kubectl-edit", edit);
+        if status_only {
+            write.subresource = Some("status".into());
+        }
+        obs.deployment = Some(Arc::new(deployment(&hash, vec![managed("helm", 0), write])));
+        let p = plan_for(&inst, &obs);
+        (p.helm.map(|h| h.reason.to_string()), p.look_again_soon)
+    };
+    let repair = Some("Deployment dev-tinycode was changed by kubectl-edit".to_string());
+    assert_eq!(case(9, false), (repair.clone(), true), "a write in the last two seconds");
+    assert_eq!(case(8, false), (repair.clone(), true), "two seconds: clocks may disagree by one");
+    assert_eq!(case(5, false), (repair, false), "a write five seconds old is repaired in a later second");
+    assert_eq!(case(9, true), (None, false), "a status write is nobody's drift");
+    // A rendered object written a moment ago counts as well; one the
+    // operator's own manager wrote does not.
+    let mut obs = observed();
+    obs.now = at(10);
+    obs.release = ReleaseFacts {
+        rendered: vec![(
+            svc("dev-tinycode"),
+            Some(ObjectMeta { managed_fields: Some(vec![managed("kubectl-edit", 9)]), ..Default::default() }),
+        )],
+        ..records(&[ReleaseStatus::Deployed])
+    };
+    obs.deployment = Some(Arc::new(deployment(&hash, vec![managed("helm", 0)])));
+    assert!(plan_for(&inst, &obs).look_again_soon, "a rendered Service edited a second ago");
+    obs.release.rendered[0].1 =
+        Some(ObjectMeta { managed_fields: Some(vec![managed("helm", 9)]), ..Default::default() });
+    let p = plan_for(&inst, &obs);
+    assert_eq!((p.helm.is_some(), p.look_again_soon), (false, false), "helm's own write is no drift");
+}
