@@ -46,7 +46,7 @@ LAYERS = [
     {"activity"},
     {"signin"},
     {"helm", "gate"},
-    {"modelkeys"},
+    {"modelkeys", "egress"},
     {"reconcile"},
     {"cli"},
 ]

@@ -11,6 +11,7 @@
 pub(crate) mod activity;
 pub mod api;
 pub mod cli;
+pub mod egress;
 pub(crate) mod gate;
 pub mod helm;
 pub(crate) mod modelkeys;

@@ -38,6 +38,11 @@ pub struct Settings {
     /// Further CIDRs instance pods may not reach, besides link-local and the
     /// cloud metadata addresses (always closed).
     pub egress_deny_cidrs: Vec<String>,
+    /// The cluster's pod and Service ranges, and the other private ranges a
+    /// public name must not reach through an egress proxy (`--cluster-cidrs`).
+    pub cluster_cidrs: Vec<String>,
+    /// The cluster's DNS domain (`--cluster-domain`).
+    pub cluster_domain: String,
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
@@ -203,6 +208,17 @@ impl Default for Settings {
             require_prepared_label: true,
             hostpath_allowed_prefixes: Vec::new(),
             egress_deny_cidrs: Vec::new(),
+            cluster_cidrs: [
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+                "100.64.0.0/10",
+                "198.18.0.0/15",
+                "fc00::/7",
+            ]
+            .map(String::from)
+            .to_vec(),
+            cluster_domain: "cluster.local".into(),
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),
             helm_timeout: Duration::from_secs(120),

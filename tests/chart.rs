@@ -1224,3 +1224,116 @@ fn the_installed_copy_renders_what_the_chart_renders() {
     }
     assert!(scenarios >= 5, "the scenarios of ci/: {scenarios}");
 }
+
+/// A class that limits egress: the egress proxy and its allow-list (read
+/// back by the proxy's own parser), the agent's pod left with DNS, the proxy
+/// and its Ollama, and every program of the pod pointed at the proxy.
+#[test]
+fn a_class_that_limits_egress_leaves_the_agent_dns_and_its_proxy() {
+    use tinycode_operator::api::EgressPolicy;
+    let policy: EgressPolicy = serde_json::from_value(json!({
+        "hosts": [{"host": "git.example.test"}, {"host": "*.pypi.org", "ports": [443, 80]}],
+        "cidrs": [{"cidr": "10.96.0.1/32", "ports": [443]}]
+    }))
+    .unwrap();
+    let approved = Approved {
+        class: values::FromClass { name: Some("locked".into()), egress: Some(policy), ..Default::default() },
+        ..Approved::default()
+    };
+    let spec = json!({"ollama": {"enabled": true}, "git": {"url": "https://git.example.test/team/repo.git"},
+                      "vllm": [{"name": "hosted", "url": "https://models.example.test/v1",
+                                "apiKeySecret": {"name": "k", "key": "hosted"}, "models": {"coder": {}}}]});
+    let (v, docs) = render_approved(spec.clone(), &approved);
+    let name = "dev-tinycode-egress";
+    assert_eq!(v.names.egress, name);
+
+    // The allow-list, as the proxy reads it.
+    let cm = find(&docs, "ConfigMap", name);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, cm["data"]["policy.json"].as_str().unwrap()).unwrap();
+    let p = tinycode_operator::egress::load_policy(&file).expect("the proxy reads the chart's list");
+    assert!(p.allows_name("git.example.test", 443) && !p.allows_name("git.example.test", 80));
+    assert!(p.allows_name("files.pypi.org", 80) && !p.allows_name("pypi.org", 443));
+    assert!(p.allows_address("10.96.0.1".parse().unwrap(), 443));
+
+    // The proxy: the operator's image, its own pod, the list mounted, labelled for metrics.
+    let d = find(&docs, "Deployment", name);
+    let proxy = container(d, "egress-proxy");
+    assert_eq!(proxy["args"][0], "egress-proxy");
+    assert!(proxy["args"].as_array().unwrap().iter().any(|a| a == "--class=locked"));
+    assert_eq!(d["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], name);
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(find(&docs, "Service", name)["spec"]["ports"][0]["port"], 3128);
+
+    // The agent's pod: DNS, the proxy, its Ollama; nothing else.
+    let np = find(&docs, "NetworkPolicy", "dev-tinycode");
+    let egress = np["spec"]["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 3, "{egress:#?}");
+    let dns_ports: Vec<i64> =
+        egress[0]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()).collect();
+    assert!(dns_ports.iter().all(|p| *p == 53 || *p == 5353), "{dns_ports:?}");
+    assert!(
+        egress[0]["to"].as_array().unwrap().iter().all(|t| t["ipBlock"]["cidr"] != "0.0.0.0/0"),
+        "DNS only to the cluster's own addresses"
+    );
+    assert_eq!(egress[1]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "egress");
+    assert_eq!(egress[1]["ports"], json!([{"protocol": "TCP", "port": 3128}]));
+    assert_eq!(egress[2]["ports"], json!([{"protocol": "TCP", "port": 11434}]));
+    // The proxy's own pod: reached by the agent's pods alone, out to anything but metadata.
+    let pnp = find(&docs, "NetworkPolicy", name);
+    assert_eq!(
+        pnp["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "server"
+    );
+    assert_eq!(pnp["spec"]["egress"], np_default_egress());
+
+    // Every program of the agent's pod goes through the proxy: the agent, the
+    // model-key proxy and the git clone.
+    let server = find(&docs, "Deployment", "dev-tinycode");
+    let url = format!("http://{name}:3128");
+    let init = &server["spec"]["template"]["spec"]["initContainers"][0];
+    for ctr in [container(server, "tinycode"), container(server, "model-keys"), init] {
+        for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            assert_eq!(env_of(ctr, var).map(|e| &e["value"]), Some(&json!(url)), "{} {var}", ctr["name"]);
+        }
+        assert_eq!(env_of(ctr, "NO_PROXY").map(|e| &e["value"]), Some(&json!("localhost,127.0.0.1,::1")));
+    }
+
+    // Stopped: the proxy too. Without the class's egress: nothing of it.
+    let mut stopped = spec.clone();
+    stopped["stopped"] = json!(true);
+    let (_, docs) = render_approved(stopped, &approved);
+    assert_eq!(find(&docs, "Deployment", name)["spec"]["replicas"], 0);
+    let (_, open) = render(spec);
+    assert!(kinds(&open).iter().all(|k| !k.ends_with("egress")), "{:?}", kinds(&open));
+    assert_eq!(find(&open, "NetworkPolicy", "dev-tinycode")["spec"]["egress"], np_default_egress());
+    assert!(env_of(container(find(&open, "Deployment", "dev-tinycode"), "tinycode"), "HTTPS_PROXY").is_none());
+}
+
+/// The NetworkPolicy egress of an instance pod when its class says nothing.
+fn np_default_egress() -> Value {
+    let docs = render_default_spec(&Settings::default());
+    find(&docs, "NetworkPolicy", "dev-tinycode")["spec"]["egress"].clone()
+}
+
+/// With fronts on, the egress proxy names its refusals through the relay
+/// with the start credential alone of the front's Secret.
+#[test]
+fn the_egress_proxy_reports_refusals_with_the_start_credential_alone() {
+    use tinycode_operator::api::EgressPolicy;
+    let policy: EgressPolicy = serde_json::from_value(json!({"hosts": [{"host": "git.example.test"}]})).unwrap();
+    let approved = Approved {
+        class: values::FromClass { name: Some("locked".into()), egress: Some(policy), ..Default::default() },
+        ..Approved::default()
+    };
+    let (v, docs) = render_approved(json!({}), &approved);
+    assert!(v.egress.reports, "fronts are on by default");
+    let d = find(&docs, "Deployment", "dev-tinycode-egress");
+    let args = container(d, "egress-proxy")["args"].as_array().unwrap().clone();
+    assert!(args.iter().any(|a| a.as_str().unwrap().ends_with("/egress-refused/team/dev")), "{args:?}");
+    let relay =
+        d["spec"]["template"]["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "relay").unwrap();
+    assert_eq!(relay["secret"]["secretName"], v.names.signin_secret);
+    assert_eq!(relay["secret"]["items"], json!([{"key": "start-credential", "path": "start-credential"}]));
+}

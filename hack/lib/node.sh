@@ -527,9 +527,11 @@ EOF
 }
 
 start_coredns() {
-	# Names of test hosts inside the node's network (hack/lib/node.sh owns
-	# none yet; tests append to this file, the hosts plugin rereads it).
-	: >"${CLUSTER_DIR}/dns-hosts"
+	# Names of test hosts inside the node's network (the hosts plugin
+	# rereads the file): two names of the peer, which stands for a host
+	# outside the cluster, so an egress allow-list can admit one and not the
+	# other of the same address.
+	printf '%s allowed.egress.test denied.egress.test\n' "$NODE_PEER_IP" >"${CLUSTER_DIR}/dns-hosts"
 	cat >"${CLUSTER_DIR}/Corefile" <<EOF
 .:53 {
     bind ${NODE_IP}

@@ -135,6 +135,65 @@ pub struct TinycodeClassSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub image_pull_secrets: Vec<super::SecretName>,
+
+    /// Where the class's agents may connect. Unset: anywhere but link-local
+    /// and cloud metadata addresses. Set: only through the instance's egress
+    /// proxy (HTTPS_PROXY and HTTP_PROXY in the agent's environment), to
+    /// these hosts and address ranges; the agent's pod reaches DNS and that
+    /// proxy and nothing else, so a tool that ignores the proxy has no route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressPolicy>,
+}
+
+/// Host names: a DNS name, or `*.` and one (any name below it, not itself);
+/// lowercase.
+pub const EGRESS_HOST_PATTERN: &str = r"^(\*\.)?[a-z0-9_]([-a-z0-9_]*[a-z0-9_])?(\.[a-z0-9_]([-a-z0-9_]*[a-z0-9_])?)*$";
+
+/// Where a class's agents may connect (through the egress proxy).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressPolicy {
+    /// Hosts by name (git hosts, package registries, model providers, and
+    /// in-cluster Services by their full name, e.g.
+    /// `vllm.models.svc.cluster.local`). Every address a name resolves to is
+    /// checked too: never a link-local or metadata address, and never an
+    /// address of the cluster's own ranges unless the name is a Service name
+    /// or a CIDR below holds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub hosts: Vec<EgressHost>,
+    /// Address ranges the agent may reach by IP address (an IP address is
+    /// never reached through a host rule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub cidrs: Vec<EgressCidr>,
+}
+
+/// One host the agents may reach, with its ports.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!isIP(self.host)").message("host: an IP address is allowed by cidrs, not hosts"))]
+pub struct EgressHost {
+    /// `git.example.com`, or `*.example.com` for any name below example.com.
+    #[schemars(pattern(EGRESS_HOST_PATTERN), length(min = 1, max = 253))]
+    pub host: String,
+    /// Ports; none listed: 443.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(range(min = 1, max = 65535)))]
+    pub ports: Vec<i32>,
+}
+
+/// One address range the agents may reach, with its ports.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("isCIDR(self.cidr)").message("cidr: an address range such as 10.20.0.0/16 or fd00::/64"))]
+pub struct EgressCidr {
+    #[schemars(length(min = 1, max = 64))]
+    pub cidr: String,
+    /// Ports; none listed: 443.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(range(min = 1, max = 65535)))]
+    pub ports: Vec<i32>,
 }
 
 /// A mode a class can permit or withhold.

@@ -143,6 +143,11 @@ pub fn front(name: &str) -> String {
     fit(name, "-tinycode-front", DNS_LABEL_MAX)
 }
 
+/// The egress proxy's Deployment, Service, ConfigMap (its allow-list) and NetworkPolicy.
+pub fn egress(name: &str) -> String {
+    fit(name, "-tinycode-egress", DNS_LABEL_MAX)
+}
+
 /// The ConfigMap of the sign-in proxy's own pages (its error page).
 pub fn signin_pages(name: &str) -> String {
     fit(name, "-tinycode-signin-pages", OBJECT_NAME_MAX)

@@ -1,17 +1,20 @@
 //! Command line: `run` (the controller), `crd`, `values`, `values-schema`,
 //! `scc`, `openshift-crds`, `gate` (an instance pod's authorization gate),
-//! `model-keys` (an instance pod's model-key proxy) and `version`. Every setting has an env fallback so the manager Deployment
+//! `model-keys` (an instance pod's model-key proxy), `egress-proxy` (an
+//! instance's way out when its class limits egress) and `version`. Every setting has an env fallback so the manager Deployment
 //! configures it through env. Settings are global flags: they are accepted
 //! before or after the subcommand (`--concurrency 2 run` and `run
 //! --concurrency 2` are the same) and `run --help` lists them. `gate` and
 //! `model-keys` have flags of their own instead ([`GateArgs`],
 //! [`ModelKeysArgs`]), which no other subcommand takes.
 
+mod egress_cmd;
 mod gate_cmd;
 mod model_keys_cmd;
 mod run;
 mod values_cmd;
 
+pub use egress_cmd::{EgressArgs, POLICY_FILE};
 pub use gate_cmd::GateArgs;
 pub use model_keys_cmd::{KEYS_DIR, ModelKeysArgs};
 
@@ -96,6 +99,9 @@ pub enum Command {
     /// model providers' API keys to the agent's requests to them, so the
     /// agent never holds a key.
     ModelKeys(Box<ModelKeysArgs>),
+    /// Run an instance's egress proxy: the one way out of an instance whose
+    /// class sets `egress`, to the hosts and addresses the class allows.
+    EgressProxy(Box<EgressArgs>),
     /// Print the version.
     Version,
 }
@@ -156,6 +162,22 @@ pub struct SettingsArgs {
     /// addresses, which are always closed (comma-separated).
     #[arg(long, global = true, env = "TINYCODE_EGRESS_DENY_CIDRS", value_delimiter = ',')]
     pub egress_deny_cidrs: Vec<String>,
+    /// The cluster's pod and Service ranges (comma-separated), and any other
+    /// private range: where a class limits egress, a public host name that
+    /// resolves into one reaches nothing (only Service names of the cluster
+    /// domain, and the class's own CIDRs, do).
+    #[arg(
+        long,
+        global = true,
+        env = "TINYCODE_CLUSTER_CIDRS",
+        value_delimiter = ',',
+        default_value = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,198.18.0.0/15,fc00::/7"
+    )]
+    pub cluster_cidrs: Vec<String>,
+    /// The cluster's DNS domain: `<service>.<namespace>.svc.<domain>` names
+    /// are the cluster's Services.
+    #[arg(long, global = true, env = "TINYCODE_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
     /// Ollama image for instances with ollama.enabled.
     #[arg(long, global = true, env = "TINYCODE_OLLAMA_IMAGE", default_value = "docker.io/ollama/ollama:latest")]
     pub ollama_image: String,
@@ -513,10 +535,19 @@ impl SettingsArgs {
             crate::render::values::parse_cidr(c)
                 .ok_or_else(|| format!("--egress-deny-cidrs {c:?} is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)"))
         })?;
+        let cluster_cidrs = parse_each(&self.cluster_cidrs, |c| {
+            crate::render::values::parse_cidr(c)
+                .ok_or_else(|| format!("--cluster-cidrs {c:?} is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)"))
+        })?;
+        if !crate::egress::policy::valid_name(&self.cluster_domain) {
+            return Err(format!("--cluster-domain {:?} is not a DNS name (e.g. cluster.local)", self.cluster_domain));
+        }
         Ok(Settings {
             require_prepared_label: self.require_prepared_label,
             hostpath_allowed_prefixes,
             egress_deny_cidrs,
+            cluster_cidrs,
+            cluster_domain: self.cluster_domain.clone(),
             allowed_registries: parse_each(&self.allowed_registries, |r| Ok(r.to_string()))?,
             allowed_cluster_roles: parse_each(&self.allowed_cluster_roles, |r| Ok(r.to_string()))?,
             operator_namespace: self.operator_namespace.clone(),
@@ -584,6 +615,9 @@ pub fn main(cli: Cli) -> ExitCode {
     if let Some(Command::ModelKeys(args)) = &cli.command {
         return model_keys_cmd::command(args, cli.run.log_json);
     }
+    if let Some(Command::EgressProxy(args)) = &cli.command {
+        return egress_cmd::command(args, cli.run.log_json);
+    }
     let settings = match cli.settings.to_settings() {
         Ok(s) => s,
         Err(e) => {
@@ -631,6 +665,7 @@ pub fn main(cli: Cli) -> ExitCode {
         }
         Command::Gate(args) => gate_cmd::command(&args, cli.run.log_json),
         Command::ModelKeys(args) => model_keys_cmd::command(&args, cli.run.log_json),
+        Command::EgressProxy(args) => egress_cmd::command(&args, cli.run.log_json),
         Command::Version => {
             println!("tinycode-operator {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

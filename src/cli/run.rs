@@ -137,6 +137,15 @@ async fn serve_beside(
     let mut router = crate::signin::start::start_router(settings.digest_key.0.clone(), starter.clone());
     let writes = Arc::new(crate::signin::used::KubeUseWrites { client: client.clone() });
     router = router.merge(crate::signin::used::used_router(settings.digest_key.0.clone(), instances.clone(), writes));
+    let reporter = kube::runtime::events::Reporter {
+        controller: "tinycode-operator".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let events = Arc::new(crate::signin::egress::KubeRefusalEvents {
+        recorder: kube::runtime::events::Recorder::new(client.clone(), reporter),
+    });
+    router =
+        router.merge(crate::signin::egress::refused_router(settings.digest_key.0.clone(), instances.clone(), events));
     if let Some(oidc) = settings.signin.oidc.clone() {
         let provider = crate::signin::oidc::Provider::new(oidc);
         tracing::info!(issuer = %provider.settings().issuer_url, "OIDC sign-in relay");

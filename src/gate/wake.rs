@@ -22,7 +22,7 @@ const RELAY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An HTTP client for the operator's relay, from `builder`: the relay's
 /// timeout, no redirects (the relay sends none).
-pub(super) fn relay_client(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, String> {
+pub(crate) fn relay_client(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, String> {
     // reqwest is built without a crypto provider of its own (kube brings ring).
     let _ = rustls::crypto::ring::default_provider().install_default();
     builder

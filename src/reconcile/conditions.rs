@@ -108,6 +108,9 @@ pub struct Workload {
     /// The front, when the instance has one and the workloads run: whether
     /// it is rolled out.
     pub front_ready: Option<bool>,
+    /// The egress proxy, when the class limits egress and the workloads
+    /// run: whether it is rolled out.
+    pub egress_ready: Option<bool>,
 }
 
 /// Phase, URL and Ready condition for a successfully applied instance.
@@ -125,7 +128,8 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
         && observed.available_replicas >= observed.desired_replicas;
     let ollama_waiting = observed.ollama_ready == Some(false);
     let front_waiting = observed.front_ready == Some(false);
-    if !rollout_done || ollama_waiting || front_waiting {
+    let egress_waiting = observed.egress_ready == Some(false);
+    if !rollout_done || ollama_waiting || front_waiting || egress_waiting {
         if let Some(d) = &observed.diagnosis {
             // Past the Deployment's progress deadline the rollout is Stalled,
             // and a Stalled instance is Failed (as after exhausted helm retries).
@@ -145,6 +149,12 @@ pub fn workload_status(observed: &Workload, warnings: &[String]) -> (Phase, Opti
         if front_waiting {
             let msg = format!(
                 "tinycode is up; waiting for its front (the gate, with the sign-in proxy in the sign-in modes, which answers the URL); see `{cli} get pods -l app.kubernetes.io/component=front` for pods that do not start"
+            );
+            return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
+        }
+        if egress_waiting {
+            let msg = format!(
+                "tinycode is up; waiting for its egress proxy (its class limits egress, and the proxy is the agent's only way out); see `{cli} get pods -l app.kubernetes.io/component=egress` for pods that do not start"
             );
             return (Phase::Deploying, url, Desired::new(READY, false, "Deploying", msg));
         }
@@ -301,6 +311,7 @@ mod tests {
             diagnosis: None,
             ollama_ready: None,
             front_ready: None,
+            egress_ready: None,
         };
         let (phase, url, ready) = workload_status(&o, &[]);
         assert_eq!((phase, url, ready.status), (Phase::Deploying, None, false));

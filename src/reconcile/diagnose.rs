@@ -95,6 +95,8 @@ pub enum Component {
     Ollama,
     /// The front: the gate, with the sign-in proxy in the sign-in modes.
     Front,
+    /// The egress proxy (the class limits egress).
+    Egress,
 }
 
 impl Component {
@@ -104,6 +106,7 @@ impl Component {
             Component::Server => "server",
             Component::Ollama => "ollama",
             Component::Front => "front",
+            Component::Egress => "egress",
         }
     }
 }

@@ -261,31 +261,8 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
     let storage = volumes::condition(ctx, inst, &plan.values, !grown.is_empty()).await;
     let resizing = storage.as_ref().is_some_and(|c| !c.status);
     plan.conditions.extend(storage);
-    let deployment = match &plan.helm {
-        // After helm the cached Deployment may be the old one; status reads the cache again.
-        Some(_) => {
-            let key = ObjectRef::new(&crate::api::naming::fullname(&inst.name_any()))
-                .within(&inst.namespace().unwrap_or_default());
-            ctx.stores.deployments.get(&key)
-        }
-        None => observed.deployment.clone(),
-    };
-    // The bundled Ollama's readiness (its models pulled) is the instance's too.
-    let ollama = plan.values.ollama.enabled.then(|| {
-        let key =
-            ObjectRef::new(&crate::api::naming::ollama(&inst.name_any())).within(&inst.namespace().unwrap_or_default());
-        ctx.stores.deployments.get(&key)
-    });
-    let ollama = ollama.flatten();
-    // So is the front's (it answers the URL).
-    let front = plan.values.front.enabled.then(|| {
-        let key =
-            ObjectRef::new(&crate::api::naming::front(&inst.name_any())).within(&inst.namespace().unwrap_or_default());
-        ctx.stores.deployments.get(&key)
-    });
-    let front = front.flatten();
-    let deployments =
-        status::Deployments { server: deployment.as_deref(), ollama: ollama.as_deref(), front: front.as_deref() };
+    let cached = CachedDeployments::read(ctx, inst, &plan, &observed);
+    let deployments = cached.as_status();
     let mut st = status::applied(inst, &plan, &outcome, deployments, None, &now());
     let mut diagnosed = false;
     if st.phase == Some(Phase::Deploying) {
@@ -295,6 +272,7 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
                 diagnose::Component::Server => deployments.server,
                 diagnose::Component::Ollama => deployments.ollama,
                 diagnose::Component::Front => deployments.front,
+                diagnose::Component::Egress => deployments.egress,
             };
             if let Some(d) = diagnose_rollout(ctx, inst, component, waited).await {
                 st = status::applied(inst, &plan, &outcome, deployments, Some(&d), &now());
@@ -322,6 +300,45 @@ async fn pipeline(inst: &TinycodeInstance, ctx: &Context) -> Result<Action, Erro
         (false, true) => RESYNC_DIAGNOSED,
         (false, false) => RESYNC_DEPLOYING,
     }))
+}
+
+/// The instance's Deployments as the cache holds them, for its status.
+struct CachedDeployments {
+    server: Option<Arc<k8s_openapi::api::apps::v1::Deployment>>,
+    ollama: Option<Arc<k8s_openapi::api::apps::v1::Deployment>>,
+    front: Option<Arc<k8s_openapi::api::apps::v1::Deployment>>,
+    egress: Option<Arc<k8s_openapi::api::apps::v1::Deployment>>,
+}
+
+impl CachedDeployments {
+    fn read(ctx: &Context, inst: &TinycodeInstance, plan: &plan::Plan, observed: &observe::Observed) -> Self {
+        let ns = inst.namespace().unwrap_or_default();
+        let name = inst.name_any();
+        let get = |deployment: String| ctx.stores.deployments.get(&ObjectRef::new(&deployment).within(&ns));
+        let v = &plan.values;
+        CachedDeployments {
+            // After helm the cached Deployment may be the old one; status reads the cache again.
+            server: match &plan.helm {
+                Some(_) => get(crate::api::naming::fullname(&name)),
+                None => observed.deployment.clone(),
+            },
+            // The bundled Ollama's readiness (its models pulled) is the instance's too,
+            ollama: v.ollama.enabled.then(|| get(crate::api::naming::ollama(&name))).flatten(),
+            // so is the front's (it answers the URL),
+            front: v.front.enabled.then(|| get(crate::api::naming::front(&name))).flatten(),
+            // and the egress proxy's (the agent's only way out).
+            egress: v.egress.enabled.then(|| get(crate::api::naming::egress(&name))).flatten(),
+        }
+    }
+
+    fn as_status(&self) -> status::Deployments<'_> {
+        status::Deployments {
+            server: self.server.as_deref(),
+            ollama: self.ollama.as_deref(),
+            front: self.front.as_deref(),
+            egress: self.egress.as_deref(),
+        }
+    }
 }
 
 /// Normal events for what the user sees change: running, stopped for
@@ -448,7 +465,7 @@ async fn diagnose_rollout(
         let owned = match component {
             diagnose::Component::Server => vec![naming::data_pvc(&name), naming::projects_pvc(&name)],
             diagnose::Component::Ollama => vec![naming::ollama_models_pvc(&name)],
-            diagnose::Component::Front => vec![],
+            diagnose::Component::Front | diagnose::Component::Egress => vec![],
         };
         let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns);
         let mut pvcs = Vec::new();

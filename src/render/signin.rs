@@ -135,6 +135,11 @@ pub fn relay_used_url(relay_url: &str, namespace: &str, name: &str) -> String {
     format!("{relay_url}/used/{namespace}/{name}")
 }
 
+/// The relay's endpoint that names an instance's refused egress (an event).
+pub fn relay_egress_refused_url(relay_url: &str, namespace: &str, name: &str) -> String {
+    format!("{relay_url}/egress-refused/{namespace}/{name}")
+}
+
 /// The relay's token endpoint for one instance.
 pub fn relay_token_url(relay_url: &str, namespace: &str, name: &str) -> String {
     format!("{relay_url}/oidc/token/{namespace}/{name}")

@@ -16,6 +16,7 @@
 //!   `ops/decisions.rs`;
 //! - the checks on an instance's sign-in spec: `reconcile/stages/validate/`.
 
+pub(crate) mod egress;
 pub(crate) mod oidc;
 pub(crate) mod start;
 pub(crate) mod used;

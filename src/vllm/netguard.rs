@@ -304,6 +304,13 @@ impl GuardedResolver {
 
     /// The addresses of `host`, within a slot and the timeout.
     async fn resolve_name(&self, host: &str) -> Result<Vec<IpAddr>, LookupFailed> {
+        Ok(self.resolve_with_aliases(host).await?.0)
+    }
+
+    /// The addresses of `host` and the names its answer's CNAME records
+    /// point to, within a slot and the timeout, unchecked: the caller
+    /// (the egress proxy) checks names and addresses against its own list.
+    pub async fn resolve_with_aliases(&self, host: &str) -> Result<(Vec<IpAddr>, Vec<String>), LookupFailed> {
         let inner = &self.inner;
         let failed = |reason: String| LookupFailed { host: host.to_string(), reason };
         let deadline = tokio::time::Instant::now() + inner.timeout;
@@ -315,7 +322,18 @@ impl GuardedResolver {
         match answer {
             Err(_) => Err(failed(format!("no answer within {:?}", inner.timeout))),
             Ok(Err(e)) => Err(failed(e.to_string())),
-            Ok(Ok(lookup)) => Ok(lookup.iter().collect()),
+            Ok(Ok(lookup)) => {
+                let aliases = lookup
+                    .as_lookup()
+                    .records()
+                    .iter()
+                    .filter_map(|r| match r.data() {
+                        hickory_resolver::proto::rr::RData::CNAME(target) => Some(target.0.to_ascii()),
+                        _ => None,
+                    })
+                    .collect();
+                Ok((lookup.iter().collect(), aliases))
+            }
         }
     }
 }

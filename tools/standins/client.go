@@ -24,11 +24,14 @@ func runGet(args []string) error {
 	// NetworkPolicy controllers admit a new pod's address a moment after it
 	// starts: retrying for a while tells "not yet" from "never".
 	retryFor := fs.Duration("retry-for", 0, "keep trying this long until an HTTP answer comes")
+	// HTTPS_PROXY and HTTP_PROXY are honoured unless -direct: a program
+	// that ignores them is what an egress limit must stop too.
+	direct := fs.Bool("direct", false, "connect directly, ignoring HTTPS_PROXY and HTTP_PROXY")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: standin get [-method M] [-password P] [-timeout D] [-retry-for D] URL")
+		return errors.New("usage: standin get [-method M] [-password P] [-timeout D] [-retry-for D] [-direct] URL")
 	}
 	deadline := time.Now().Add(*retryFor)
 	var resp *http.Response
@@ -40,7 +43,11 @@ func runGet(args []string) error {
 		if *password != "" {
 			req.SetBasicAuth("tinycode", *password)
 		}
-		resp, err = (&http.Client{Timeout: *timeout}).Do(req)
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		if *direct {
+			transport.Proxy = nil
+		}
+		resp, err = (&http.Client{Timeout: *timeout, Transport: transport}).Do(req)
 		if err == nil {
 			break
 		}

@@ -27,7 +27,7 @@ use kube::{Api, Client, Config};
 use libtest_mimic::{Arguments, Failed, Trial};
 use local_cluster::{local_cluster, value_of};
 use serde_json::{Value, json};
-use tinycode_operator::api::TinycodeInstance;
+use tinycode_operator::api::{TinycodeClass, TinycodeInstance};
 
 const OPERATOR_NS: &str = "tinycode-operator-system";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -1951,6 +1951,145 @@ fn oidc_sign_in_on_a_pod() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The class's TinycodeClass that limits egress to `allowed.egress.test`
+/// (the node's peer, a host outside the cluster) on the OIDC provider's
+/// port, and to Services of the two test namespaces on that port.
+fn egress_class(ns: &str, other: &str) -> Value {
+    json!({
+        "apiVersion": "tinycode.dev/v1alpha1", "kind": "TinycodeClass",
+        "metadata": {"name": "node-egress"},
+        "spec": {"egress": {"hosts": [
+            {"host": "allowed.egress.test", "ports": [5556]},
+            {"host": format!("*.{ns}.svc.cluster.local"), "ports": [5556]},
+            {"host": format!("*.{other}.svc.cluster.local"), "ports": [5556]}
+        ]}}
+    })
+}
+
+/// Egress only where the class allows, with NetworkPolicy enforced by
+/// kube-router: an agent whose class sets `egress` reaches the allowed host
+/// through its egress proxy, and nothing else: not the same address under
+/// another name, not an IP literal (CONNECT or plain), not the metadata
+/// stand-in, not an ExternalName Service aliasing a denied host, not
+/// another tenant's egress proxy, and not any of them directly with the
+/// proxy ignored. A refusal is an event on the instance (through the
+/// operator's relay) and a count on the proxy's metrics port.
+fn egress_only_where_the_class_allows() -> Result<(), Failed> {
+    rt().block_on(async {
+        let node = node();
+        install_operator(node).await;
+        // The node's own ranges (pods, Services, the node), so the peer is
+        // outside the cluster as a git host or registry would be.
+        set_manager_env(node, &["TINYCODE_CLUSTER_CIDRS=198.18.128.0/20,198.19.0.0/16,198.18.0.10/32"]);
+        let client = node.client().await;
+        let (ns, other) = ("node-egress", "node-egress-b");
+        fresh_namespace(node, ns).await;
+        fresh_namespace(node, other).await;
+        let classes: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<TinycodeClass>(&()));
+        let class = egress_class(ns, other);
+        classes.patch("node-egress", &PatchParams::apply("node-test").force(), &Patch::Apply(&class)).await.unwrap();
+        // A tenant's Service aliasing a host the class does not allow.
+        let alias = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "alias"},
+                           "spec": {"type": "ExternalName", "externalName": "denied.egress.test"}});
+        Api::<Service>::namespaced(client.clone(), ns)
+            .patch("alias", &PatchParams::apply("node-test").force(), &Patch::Apply(&alias))
+            .await
+            .unwrap();
+        for (n, name) in [(ns, "locked"), (other, "neighbour")] {
+            let mut inst = basic_instance(name);
+            inst["spec"]["className"] = json!("node-egress");
+            apply_instance(&client, n, &inst).await;
+        }
+        for (n, name) in [(ns, "locked"), (other, "neighbour")] {
+            wait_running(&client, n, name).await;
+            let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), n);
+            let proxy = format!("{name}-tinycode-egress");
+            wait_for(&format!("{n}/{proxy} Ready by its probe"), WAIT, || {
+                let deployments = deployments.clone();
+                let proxy = proxy.clone();
+                async move {
+                    let d = deployments.get(&proxy).await.ok()?;
+                    (d.status?.available_replicas == Some(1)).then_some(())
+                }
+            })
+            .await;
+        }
+        let pod = server_pods(&client, ns, "locked").await[0].metadata.name.clone().unwrap();
+        let issuer_path = node.oidc_issuer.splitn(4, '/').nth(3).map(|p| format!("/{p}")).unwrap_or_default();
+        let discovery = format!("{issuer_path}/.well-known/openid-configuration");
+        let get = |args: &[&str]| String::from_utf8_lossy(&node.standin(ns, &pod, args).stdout).into_owned();
+
+        // Allowed: by name, through the proxy (the NetworkPolicy may take a
+        // moment to admit the new pod's address).
+        let allowed = get(&["get", "-retry-for", "30s", &format!("http://allowed.egress.test:5556{discovery}")]);
+        assert!(allowed.starts_with("status 200") && allowed.contains("issuer"), "the allowed host: {allowed}");
+        // The same address under a name the class does not hold: the proxy's refusal.
+        let denied = get(&["get", &format!("http://denied.egress.test:5556{discovery}")]);
+        assert!(denied.starts_with("status 403") && denied.contains("denied.egress.test"), "{denied}");
+        assert!(denied.contains("not in the class's egress allow-list"), "{denied}");
+        // Named on the instance, for the tenant: the proxy told the relay,
+        // with the start credential of the front's Secret.
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+        let note = wait_for("an EgressRefused event on the instance", Duration::from_secs(60), || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items.into_iter().find_map(|e| {
+                    let on = e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("locked");
+                    (on && e.reason.as_deref() == Some("EgressRefused")).then_some(e.note.unwrap_or_default())
+                })
+            }
+        })
+        .await;
+        assert!(note.contains("denied.egress.test:5556") && note.contains("spec.egress"), "{note}");
+        // An IP literal, in plain HTTP and by CONNECT (https).
+        let literal = get(&["get", "http://198.18.0.11:5556/"]);
+        assert!(literal.starts_with("status 403"), "an IP literal: {literal}");
+        let connect = get(&["get", "-timeout", "5s", "https://198.18.0.11:5556/"]);
+        assert!(connect.starts_with("unreachable") && connect.contains("Forbidden"), "CONNECT to an IP: {connect}");
+        // The metadata stand-in.
+        let metadata = get(&["get", &node.metadata_url]);
+        assert!(metadata.starts_with("status 403"), "the metadata address through the proxy: {metadata}");
+        // An ExternalName Service of an allowed namespace aliasing a denied host.
+        let aliased = get(&["get", &format!("http://alias.{ns}.svc.cluster.local:5556{discovery}")]);
+        assert!(aliased.starts_with("status 403") && aliased.contains("alias of denied.egress.test"), "{aliased}");
+
+        // With the proxy ignored, nothing answers: the allowed host, the
+        // metadata stand-in, the neighbour's egress proxy.
+        let neighbour_proxy = format!("http://neighbour-tinycode-egress.{other}.svc.cluster.local:3128/healthz");
+        for url in [format!("http://198.18.0.11:5556{discovery}"), node.metadata_url.clone(), neighbour_proxy.clone()] {
+            let direct = get(&["get", "-direct", "-timeout", "2s", "-retry-for", "6s", &url]);
+            assert!(direct.starts_with("unreachable"), "{url} directly: {direct}");
+        }
+        // The neighbour's proxy admits its own agent and no other pod of its namespace.
+        let neighbour = server_pods(&client, other, "neighbour").await[0].metadata.name.clone().unwrap();
+        let own = String::from_utf8_lossy(&node.standin(other, &neighbour, &["get", "-direct", "-retry-for", "30s", &neighbour_proxy]).stdout).into_owned();
+        assert!(own.starts_with("status 200"), "the neighbour's agent to its proxy: {own}");
+        let stranger = get_from_pod(node, &client, other, &neighbour_proxy, None, REFUSED).await;
+        assert!(stranger.starts_with("unreachable"), "another pod to the neighbour's proxy: {stranger}");
+
+        // The refusals, counted by reason (the monitoring namespace scrapes).
+        if Api::<Namespace>::all(client.clone()).get_opt("monitoring").await.unwrap().is_none() {
+            node.kubectl_ok(&["create", "namespace", "monitoring"]);
+        }
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let lp = ListParams::default().labels("app.kubernetes.io/instance=locked,app.kubernetes.io/component=egress");
+        let proxy_ip = pods.list(&lp).await.unwrap().items[0].status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        let metrics =
+            get_from_pod(node, &client, "monitoring", &format!("http://{proxy_ip}:3129/metrics"), None, ALLOWED).await;
+        for kind in ["host_not_allowed", "address_not_allowed", "alias_not_allowed"] {
+            let series = format!("tinycode_egress_refused_total{{namespace=\"{ns}\",instance=\"locked\",class=\"node-egress\",kind=\"{kind}\"}}");
+            assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+        }
+        for n in [ns, other] {
+            let _ = Api::<Namespace>::all(client.clone()).delete(n, &DeleteParams::default()).await;
+        }
+        let _ = classes.delete("node-egress", &DeleteParams::default()).await;
+        set_manager_env(node, &["TINYCODE_CLUSTER_CIDRS-"]);
+    });
+    Ok(())
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     // One node, one scenario at a time, in this order.
@@ -1973,6 +2112,7 @@ fn main() {
         ("bundled_ollama_counts_toward_ready", bundled_ollama_counts_toward_ready),
         ("model_keys_stay_out_of_the_agent", model_keys_stay_out_of_the_agent),
         ("oidc_sign_in_on_a_pod", oidc_sign_in_on_a_pod),
+        ("egress_only_where_the_class_allows", egress_only_where_the_class_allows),
         ("namespace_deletion_completes", namespace_deletion_completes),
         ("ingress_serves_the_url", ingress_serves_the_url),
         ("run_local_main_job", run_local_main_job),

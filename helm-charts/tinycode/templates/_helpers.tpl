@@ -285,3 +285,41 @@ metadata) addresses.
         except:
           {{- .Values.networkPolicy.egressDeniedV6 | toYaml | nindent 10 }}
 {{- end }}
+
+{{- /* The egress proxy's address for the pod's programs, where the class
+limits egress (empty otherwise). Both spellings: tools read one or the other.
+Loopback stays direct: the model-key proxy beside the agent. */}}
+{{- define "tinycode.egressEnv" -}}
+{{- if .Values.egress.enabled }}
+{{- $proxy := printf "http://%s:3128" .Values.names.egress }}
+{{- range list "HTTPS_PROXY" "HTTP_PROXY" "https_proxy" "http_proxy" }}
+- name: {{ . }}
+  value: {{ $proxy | quote }}
+{{- end }}
+{{- range list "NO_PROXY" "no_proxy" }}
+- name: {{ . }}
+  value: "localhost,127.0.0.1,::1"
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /* DNS: the cluster's DNS pods (kube-system's on port 53, OpenShift's
+on 5353 behind the Service's 53), or a DNS server on a node's address in the
+cluster's ranges; never a server on the internet (a DNS query carries data out). */}}
+{{- define "tinycode.dnsEgress" -}}
+- to:
+    - namespaceSelector: {}
+    {{- range .Values.egress.clusterCidrs }}
+    - ipBlock:
+        cidr: {{ . | quote }}
+    {{- end }}
+  ports:
+    - protocol: UDP
+      port: 53
+    - protocol: TCP
+      port: 53
+    - protocol: UDP
+      port: 5353
+    - protocol: TCP
+      port: 5353
+{{- end }}

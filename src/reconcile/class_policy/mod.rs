@@ -148,26 +148,8 @@ pub fn apply(
 ) -> Result<Applied, Vec<Exceeds>> {
     let (name, class, warning) = match choice {
         Choice::Found { name, spec, warning } => (name.as_str(), spec, warning.clone()),
-        Choice::None => {
-            let mut effective = spec.clone();
-            effective.image = Some(spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.to_string()));
-            effective.resources = Some(spec.resources.clone().unwrap_or_default());
-            return Ok(Applied {
-                spec: effective,
-                from_class: FromClass::default(),
-                idle: settings.idle.clone(),
-                rollout_busy_deadline: settings.rollout_busy_deadline,
-                warnings: Vec::new(),
-            });
-        }
-        Choice::Missing(name) => {
-            return Err(vec![Exceeds {
-                field: "spec.className".into(),
-                message: format!(
-                    "TinycodeClass {name:?} does not exist (it may have been deleted); name an existing class (`kubectl get tinycodeclasses`) or ask a cluster-admin to create it"
-                ),
-            }]);
-        }
+        Choice::None => return Ok(without_class(spec, settings)),
+        Choice::Missing(name) => return Err(vec![missing(name)]),
     };
     let mut check = Check { of: format!("class {name:?}"), out: Vec::new() };
     let mut effective = spec.clone();
@@ -197,6 +179,7 @@ pub fn apply(
         );
     }
     check.storage(spec, class);
+    check.egress(class);
     check.counts(spec, class, rank);
     // Pull secrets: the spec's, then the class's.
     for s in &class.image_pull_secrets {
@@ -214,11 +197,35 @@ pub fn apply(
             tinycode_extended: extended,
             runtime_class_name: tinycode.runtime_class_name.clone(),
             ollama_runtime_class_name: ollama.runtime_class_name.clone(),
+            egress: class.egress.clone(),
         },
         idle: idle_settings(class.idle.as_ref(), &settings.idle),
         rollout_busy_deadline: rollout_busy_deadline(class.rollout.as_ref(), settings.rollout_busy_deadline),
         warnings,
     })
+}
+
+/// No class: the spec as written, with the operator's defaults.
+fn without_class(spec: &TinycodeInstanceSpec, settings: &Settings) -> Applied {
+    let mut effective = spec.clone();
+    effective.image = Some(spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.to_string()));
+    effective.resources = Some(spec.resources.clone().unwrap_or_default());
+    Applied {
+        spec: effective,
+        from_class: FromClass::default(),
+        idle: settings.idle.clone(),
+        rollout_busy_deadline: settings.rollout_busy_deadline,
+        warnings: Vec::new(),
+    }
+}
+
+fn missing(name: &str) -> Exceeds {
+    Exceeds {
+        field: "spec.className".into(),
+        message: format!(
+            "TinycodeClass {name:?} does not exist (it may have been deleted); name an existing class (`kubectl get tinycodeclasses`) or ask a cluster-admin to create it"
+        ),
+    }
 }
 
 /// The checks of one spec against one class, collecting what is beyond it.
@@ -344,6 +351,25 @@ impl Check {
         let of = format!("{} (ollama.max)", self.of);
         cap("spec.ollama.resources", &lists, ollama, &of, &mut |f, m| self.exceeds(f, m));
         (!lists.requests.is_empty() || !lists.limits.is_empty()).then_some(lists)
+    }
+
+    /// The class's egress list, read as its proxy will read it: admission
+    /// checks its shape, not every rule of a host name (a label of at most
+    /// 63 bytes), and a list the proxy refuses would leave the agent no way
+    /// out at all.
+    fn egress(&mut self, class: &TinycodeClassSpec) {
+        use crate::egress::policy::{CidrRule, HostRule, Policy, PolicyFile};
+        let Some(egress) = &class.egress else { return };
+        let ports = |p: &[i32]| p.iter().filter_map(|p| u16::try_from(*p).ok()).collect();
+        let file = PolicyFile {
+            hosts: egress.hosts.iter().map(|h| HostRule { host: h.host.clone(), ports: ports(&h.ports) }).collect(),
+            cidrs: egress.cidrs.iter().map(|c| CidrRule { cidr: c.cidr.clone(), ports: ports(&c.ports) }).collect(),
+            ..PolicyFile::default()
+        };
+        if let Err(e) = Policy::new(&file) {
+            let of = self.of.clone();
+            self.exceeds("spec.className", format!("{of} has an egress list its proxy cannot read (spec.egress.{e}); a cluster-admin must correct the class"));
+        }
     }
 
     fn storage(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec) {

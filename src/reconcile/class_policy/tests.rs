@@ -409,3 +409,35 @@ fn every_cap_is_per_pod_so_a_capped_class_caps_replicas_too() {
     let beyond = beyond_class("small", &class, &running);
     assert_eq!(beyond.iter().map(|b| b.exceeds.field.as_str()).collect::<Vec<_>>(), vec!["spec.replicas"]);
 }
+
+#[test]
+fn a_class_egress_list_reaches_the_values_and_one_its_proxy_cannot_read_refuses() {
+    let egress = json!({"hosts": [{"host": "git.example.com"}, {"host": "*.pypi.org", "ports": [80, 443]}],
+                        "cidrs": [{"cidr": "10.96.0.1/32"}]});
+    let a = apply(&found("locked", json!({"egress": egress})), &spec(json!({})), &Settings::default(), 0).unwrap();
+    let want: crate::api::EgressPolicy = serde_json::from_value(egress).unwrap();
+    assert_eq!(a.from_class.egress.as_ref(), Some(&want));
+    let inst = InstanceRef { name: "dev", namespace: "team", uid: "u" };
+    let approved = Approved { class: a.from_class.clone(), ..Approved::default() };
+    let v = build(&inst, &a.spec, &Settings::default(), &approved, None);
+    assert!(v.egress.enabled);
+    assert_eq!(v.egress.hosts[0].ports, vec![443], "no ports: 443");
+    assert_eq!(v.egress.hosts[1].ports, vec![80, 443]);
+    assert_eq!(v.egress.cidrs[0].cidr, "10.96.0.1/32");
+    assert!(v.egress.args.contains(&"--class=locked".to_string()));
+    // The class changes the rendering: its instances get the proxy at once.
+    let open = build(&inst, &a.spec, &Settings::default(), &Approved::default(), None);
+    assert!(!open.egress.enabled);
+    assert_ne!(v.values_hash, open.values_hash);
+
+    // A label longer than DNS allows passes the schema's pattern; the proxy would refuse it.
+    let long = format!("{}.example.com", "a".repeat(64));
+    let bad = found("locked", json!({"egress": {"hosts": [{"host": long}]}}));
+    let refused = apply(&bad, &spec(json!({})), &Settings::default(), 0).unwrap_err();
+    assert_eq!(refused[0].field, "spec.className");
+    assert!(
+        refused[0].message.contains("egress") && refused[0].message.contains("cluster-admin"),
+        "{}",
+        refused[0].message
+    );
+}

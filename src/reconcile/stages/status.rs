@@ -22,6 +22,8 @@ pub struct Deployments<'a> {
     pub ollama: Option<&'a Deployment>,
     /// The front's.
     pub front: Option<&'a Deployment>,
+    /// The egress proxy's (the class limits egress).
+    pub egress: Option<&'a Deployment>,
 }
 
 /// Status of an instance whose plan was carried out. Of `inst` only its
@@ -38,6 +40,7 @@ pub fn applied(
     let (mut workload, exposure_condition) = workload(plan, outcome, deployments.server);
     workload.ollama_ready = waits_for_ollama(plan).then(|| rolled_out(deployments.ollama, 1));
     workload.front_ready = waits_for_front(plan).then(|| rolled_out(deployments.front, 1));
+    workload.egress_ready = waits_for_egress(plan).then(|| rolled_out(deployments.egress, 1));
     workload.diagnosis = diagnosis.cloned();
     let (phase, url, ready) = conditions::workload_status(&workload, &plan.warnings);
     let generation = inst.metadata.generation;
@@ -87,6 +90,12 @@ fn waits_for_front(plan: &Plan) -> bool {
     plan.values.front.enabled && !plan.values.stopped
 }
 
+/// Whether the instance's readiness includes its egress proxy's: its class
+/// limits egress (the proxy is the agent's only way out), while it runs.
+fn waits_for_egress(plan: &Plan) -> bool {
+    plan.values.egress.enabled && !plan.values.stopped
+}
+
 /// A Deployment whose status reflects its spec, with `desired` replicas
 /// updated and available.
 fn rolled_out(deployment: Option<&Deployment>, desired: i32) -> bool {
@@ -109,6 +118,9 @@ pub fn waiting_on(plan: &Plan, deployments: Deployments<'_>) -> Option<Component
     }
     if waits_for_front(plan) && !rolled_out(deployments.front, 1) {
         return Some(Component::Front);
+    }
+    if waits_for_egress(plan) && !rolled_out(deployments.egress, 1) {
+        return Some(Component::Egress);
     }
     (waits_for_ollama(plan) && !rolled_out(deployments.ollama, 1)).then_some(Component::Ollama)
 }
@@ -143,6 +155,7 @@ fn workload(plan: &Plan, outcome: &Outcome, deployment: Option<&Deployment>) -> 
         diagnosis: None,
         ollama_ready: None,
         front_ready: None,
+        egress_ready: None,
     };
     (workload, condition)
 }
@@ -259,11 +272,11 @@ mod tests {
     static FRONT: std::sync::LazyLock<Deployment> = std::sync::LazyLock::new(|| deployment(1, true));
 
     fn server(d: Option<&Deployment>) -> Deployments<'_> {
-        Deployments { server: d, ollama: None, front: Some(&FRONT) }
+        Deployments { server: d, ollama: None, front: Some(&FRONT), egress: None }
     }
 
     fn with_ollama<'a>(server: &'a Deployment, ollama: Option<&'a Deployment>) -> Deployments<'a> {
-        Deployments { server: Some(server), ollama, front: Some(&FRONT) }
+        Deployments { server: Some(server), ollama, front: Some(&FRONT), egress: None }
     }
 
     fn deployment(available: i32, current: bool) -> Deployment {
@@ -363,7 +376,7 @@ mod tests {
             ("front starting", Some(deployment(0, true)), Phase::Deploying, Some(Component::Front)),
             ("front Ready", Some(deployment(1, true)), Phase::Running, None),
         ] {
-            let deployments = Deployments { server: Some(&up), ollama: None, front: front.as_ref() };
+            let deployments = Deployments { server: Some(&up), ollama: None, front: front.as_ref(), egress: None };
             let st = applied(&inst, &plan, &outcome, deployments, None, "t");
             assert_eq!(st.phase, Some(phase), "{case}");
             assert_eq!(waiting_on(&plan, deployments), waiting, "{case}");
@@ -380,6 +393,33 @@ mod tests {
         assert_eq!(waiting_on(&password, no_front), Some(Component::Front));
         let stopped = plan_for(&instance(serde_json::json!({"auth": {"mode": "openshift"}, "stopped": true})), &signed);
         assert_eq!(waiting_on(&stopped, Deployments::default()), None);
+    }
+
+    #[test]
+    fn an_egress_proxy_counts_toward_ready_while_the_agent_runs() {
+        let inst = instance(serde_json::json!({}));
+        let mut plan = plan_for(&inst, &observed());
+        plan.values.egress.enabled = true;
+        let outcome = Outcome { revision: 1, route: Some(admitted_route(&plan)), ingress: None };
+        let up = deployment(1, true);
+        for (case, egress, phase, waiting) in [
+            ("no proxy yet", None, Phase::Deploying, Some(Component::Egress)),
+            ("proxy starting", Some(deployment(0, true)), Phase::Deploying, Some(Component::Egress)),
+            ("proxy Ready", Some(deployment(1, true)), Phase::Running, None),
+        ] {
+            let deployments =
+                Deployments { server: Some(&up), ollama: None, front: Some(&FRONT), egress: egress.as_ref() };
+            let st = applied(&inst, &plan, &outcome, deployments, None, "t");
+            assert_eq!(st.phase, Some(phase), "{case}");
+            assert_eq!(waiting_on(&plan, deployments), waiting, "{case}");
+            if phase == Phase::Deploying {
+                let ready = st.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap();
+                assert!(ready.message.contains("waiting for its egress proxy"), "{case}: {}", ready.message);
+            }
+        }
+        plan.values.stopped = true;
+        assert_eq!(waiting_on(&plan, Deployments::default()), None, "stopped: nothing to wait for");
+        assert_eq!(Component::Egress.label(), "egress", "the chart's component label");
     }
 
     #[test]

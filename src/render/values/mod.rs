@@ -72,6 +72,8 @@ pub struct Values {
     pub scc: SccValues,
     pub config: ConfigValues,
     pub network_policy: NetworkPolicyValues,
+    /// The egress proxy (the class limits egress) or nothing.
+    pub egress: EgressValues,
 }
 
 /// Identity of the instance the values are for.
@@ -111,6 +113,8 @@ pub struct FromClass {
     pub tinycode_extended: crate::api::ResourceLists,
     pub runtime_class_name: Option<String>,
     pub ollama_runtime_class_name: Option<String>,
+    /// Where the class's agents may connect (None: the default NetworkPolicy alone).
+    pub egress: Option<crate::api::EgressPolicy>,
 }
 
 /// Maps a (validated) spec to chart values; `config_json` is the generated config, if any.
@@ -157,6 +161,13 @@ pub fn build(
         scc: SccValues { tier, name: tier.scc_name() },
         config: ConfigValues::of(config_json),
         network_policy: NetworkPolicyValues::of(settings, ingress_sources(settings)),
+        egress: EgressValues::of(
+            inst,
+            approved.class.egress.as_ref(),
+            approved.class.name.as_deref().unwrap_or_default(),
+            spec.stopped || approved.idle_stopped,
+            settings,
+        ),
     };
     values.values_hash = hash(&values, &rendering(settings));
     values

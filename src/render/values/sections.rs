@@ -133,6 +133,9 @@ pub struct NameValues {
     /// `<name>-tinycode-signin-pages`: the ConfigMap of the sign-in proxy's error page.
     #[schemars(length(min = 1, max = 253))]
     pub signin_pages: String,
+    /// `<name>-tinycode-egress`: the egress proxy's Deployment, Service, ConfigMap and NetworkPolicy.
+    #[schemars(length(min = 1, max = 63))]
+    pub egress: String,
 }
 
 impl NameValues {
@@ -151,6 +154,7 @@ impl NameValues {
             front: naming::front(name),
             agent_service: naming::agent_service(name),
             signin_pages: naming::signin_pages(name),
+            egress: naming::egress(name),
         }
     }
 }
@@ -573,5 +577,102 @@ impl FrontValues {
     pub(super) fn of(mode: AuthMode, stopped: bool, settings: &Settings) -> Self {
         let on = settings.signin.front;
         FrontValues { enabled: mode.signs_in() || on, replicas: if stopped && !on { 0 } else { 1 }, starts: on }
+    }
+}
+
+/// The egress proxy's port (HTTPS_PROXY and HTTP_PROXY point there).
+pub const EGRESS_PORT: u16 = 3128;
+/// The egress proxy's metrics port.
+pub const EGRESS_METRICS_PORT: u16 = 3129;
+/// Where the egress proxy's pod mounts the start credential.
+pub const EGRESS_RELAY_MOUNT: &str = "/etc/tinycode/egress-relay";
+
+/// The egress proxy, where the class limits egress: its allow-list as the
+/// proxy reads it (`crate::egress::policy::PolicyFile`), and its container.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressValues {
+    pub enabled: bool,
+    /// 1, or 0 while the agent is stopped: nothing else goes through it.
+    #[schemars(range(min = 0, max = 1))]
+    pub replicas: i32,
+    /// The operator's image.
+    pub image: String,
+    pub args: Vec<String>,
+    /// The proxy tells the operator's relay what it refused (an event on
+    /// the instance), with the start credential of the front's Secret
+    /// (`names.signinSecret`), which its volume then holds.
+    pub reports: bool,
+    pub hosts: Vec<EgressRuleValues>,
+    pub cidrs: Vec<EgressCidrValues>,
+    pub cluster_cidrs: Vec<String>,
+    pub cluster_domain: String,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressRuleValues {
+    #[schemars(length(min = 1))]
+    pub host: String,
+    pub ports: Vec<u16>,
+}
+
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressCidrValues {
+    #[schemars(length(min = 1))]
+    pub cidr: String,
+    pub ports: Vec<u16>,
+}
+
+impl EgressValues {
+    pub(super) fn of(
+        inst: &InstanceRef<'_>,
+        policy: Option<&crate::api::EgressPolicy>,
+        class: &str,
+        stopped: bool,
+        settings: &Settings,
+    ) -> Self {
+        let Some(policy) = policy else { return EgressValues::default() };
+        // Admission keeps ports within 1..=65535; none listed is 443 (the proxy's default too).
+        let ports = |p: &[i32]| -> Vec<u16> {
+            let p: Vec<u16> = p.iter().filter_map(|p| u16::try_from(*p).ok()).filter(|p| *p > 0).collect();
+            if p.is_empty() { vec![443] } else { p }
+        };
+        let arg = |k: &str, v: &str| format!("--{k}={v}");
+        let mut args = vec![
+            "egress-proxy".to_string(),
+            arg("listen", &format!("0.0.0.0:{EGRESS_PORT}")),
+            arg("metrics-listen", &format!("0.0.0.0:{EGRESS_METRICS_PORT}")),
+            arg("namespace", inst.namespace),
+            arg("instance", inst.name),
+            arg("class", class),
+        ];
+        // With fronts on, the instance has a start credential: refusals become events.
+        let reports = settings.signin.front;
+        if reports {
+            let url = signin::relay_egress_refused_url(&settings.signin.relay_url, inst.namespace, inst.name);
+            args.push(arg("refused-url", &url));
+            args.push(arg("start-credential-file", &format!("{EGRESS_RELAY_MOUNT}/{}", signin::START_CREDENTIAL_KEY)));
+        }
+        EgressValues {
+            enabled: true,
+            replicas: if stopped { 0 } else { 1 },
+            image: settings.signin.gate_image.clone(),
+            args,
+            reports,
+            hosts: policy
+                .hosts
+                .iter()
+                .map(|h| EgressRuleValues { host: h.host.to_ascii_lowercase(), ports: ports(&h.ports) })
+                .collect(),
+            cidrs: policy
+                .cidrs
+                .iter()
+                .map(|c| EgressCidrValues { cidr: c.cidr.clone(), ports: ports(&c.ports) })
+                .collect(),
+            cluster_cidrs: settings.cluster_cidrs.clone(),
+            cluster_domain: settings.cluster_domain.clone(),
+        }
     }
 }

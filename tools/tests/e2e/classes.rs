@@ -482,3 +482,82 @@ pub async fn a_stricter_class_stops_what_runs_beyond_it(env: &mut Env) -> TestRe
     Api::<TinycodeClass>::all(admin.clone()).delete(&class, &DeleteParams::default()).await.ctx("delete class")?;
     Ok(())
 }
+
+/// A class's egress list is checked at admission (an IP address as a host,
+/// a range that is none, a host in capitals: each refused with the field
+/// named), and a class that has one gives its instances an egress proxy:
+/// the proxy's Deployment, Service and list, and a NetworkPolicy that
+/// leaves the agent DNS and that proxy; the instance is Running only once
+/// the proxy is. Taking `egress` out of the class takes them away again.
+pub async fn a_class_egress_list_is_checked_and_gives_instances_a_proxy(env: &mut Env) -> TestResult {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let admin = env.client().await;
+    let alice = tenant(env, "alice", "egress").await?;
+    let ns = alice.ns.clone();
+    let class = format!("{ns}-locked");
+    for (egress, says) in [
+        (json!({"hosts": [{"host": "10.0.0.1"}]}), "an IP address is allowed by cidrs"),
+        (json!({"cidrs": [{"cidr": "10.0.0.0/33"}]}), "cidr: an address range"),
+        (json!({"hosts": [{"host": "GitHub.com"}]}), "spec.egress.hosts[0].host"),
+        (json!({"hosts": [{"host": "git.example.com", "ports": [70000]}]}), "ports[0]"),
+    ] {
+        let refused = create_class(&admin, &class, json!({"egress": egress})).await;
+        ensure(
+            refused.as_ref().is_err_and(|e| e.contains(says)),
+            format!("the class with {egress} was not refused naming {says:?}: {refused:?}"),
+        )?;
+    }
+    let egress = json!({"hosts": [{"host": "git.example.com"}, {"host": "*.pypi.org", "ports": [443, 80]}],
+                        "cidrs": [{"cidr": "10.96.0.1/32"}]});
+    create_class(&admin, &class, json!({"egress": egress})).await?;
+    super::deploy(env, &alice.client, &ns, "dev", json!({"className": class})).await?;
+    let proxy = naming::egress("dev");
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &ns);
+    wait_for("the egress proxy's Deployment", WAIT, || async { deployments.get_opt(&proxy).await.ctx("get") }).await?;
+    // Not Running while the proxy is not Ready (the agent's only way out).
+    mark_workloads(&admin, &ns, "dev").await?;
+    admit_route(&admin, &ns, &naming::route("dev"), &format!("dev-{ns}.apps.local.test")).await?;
+    wait_for("status to wait for the egress proxy", WAIT, || async {
+        let inst = get_instance(&admin, &ns, "dev").await?.ok_or("gone")?;
+        Ok(ready(&inst).2.contains("waiting for its egress proxy").then_some(()))
+    })
+    .await?;
+    run_to_running(&admin, &ns, "dev").await?;
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), &ns).get(&proxy).await.ctx("the list")?;
+    let list: Value = serde_json::from_str(cm.data.unwrap_or_default().get("policy.json").ok_or("no policy.json")?)
+        .ctx("policy.json")?;
+    ensure_eq(list["hosts"][1]["host"].clone(), json!("*.pypi.org"), "the list's second host")?;
+    let nps = Api::<NetworkPolicy>::namespaced(admin.clone(), &ns);
+    let np = nps.get(&naming::fullname("dev")).await.ctx("the agent's NetworkPolicy")?;
+    let rules = np.spec.and_then(|s| s.egress).unwrap_or_default();
+    ensure_eq(rules.len(), 2, "egress rules of the agent's pod: DNS and the proxy")?;
+    let to_proxy = serde_json::to_value(&rules[1]).ctx("rule")?;
+    ensure_eq(
+        to_proxy["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"].clone(),
+        json!("egress"),
+        "the second rule",
+    )?;
+    let server = pod(&admin, &ns, &naming::fullname("dev")).await?;
+    let env_of =
+        |n: &str| server.containers[0].env.iter().flatten().find(|e| e.name == n).and_then(|e| e.value.clone());
+    ensure_eq(env_of("HTTPS_PROXY"), Some(format!("http://{proxy}:3128")), "the agent's HTTPS_PROXY")?;
+
+    // Without egress in the class: the proxy goes, the agent's egress opens again.
+    Api::<TinycodeClass>::all(admin.clone())
+        .patch(&class, &PatchParams::default(), &Patch::Merge(json!({"spec": {"egress": null}})))
+        .await
+        .ctx("the class without egress")?;
+    wait_for("the egress proxy removed", WAIT, || async {
+        Ok(deployments.get_opt(&proxy).await.ctx("get")?.is_none().then_some(()))
+    })
+    .await?;
+    let np = nps.get(&naming::fullname("dev")).await.ctx("the agent's NetworkPolicy")?;
+    let open = serde_json::to_value(np.spec.and_then(|s| s.egress).unwrap_or_default()).ctx("rules")?;
+    ensure(
+        open[0]["to"].as_array().is_some_and(|t| t.iter().any(|t| t["ipBlock"]["cidr"] == "0.0.0.0/0")),
+        format!("{open}"),
+    )?;
+    delete_and_wait_gone(&alice.client, &ns, "dev").await?;
+    Api::<TinycodeClass>::all(admin.clone()).delete(&class, &DeleteParams::default()).await.ctx("delete the class")?;
+    Ok(())
+}

@@ -668,16 +668,38 @@ pub async fn mark_workloads(c: &Client, ns: &str, name: &str) -> TestResult {
 }
 
 /// Plays the kubelet and the router for an instance, then waits for Running.
+/// As a kubelet would, it reports a Deployment again when a later rollout
+/// (an upgrade the operator makes right after the install, say) gives it a
+/// new generation while it waits (CI run 34).
 pub async fn run_to_running(c: &Client, ns: &str, name: &str) -> Result<TinycodeInstance, String> {
     use tinycode_operator::api::naming;
     mark_workloads(c, ns, name).await?;
     // A bundled Ollama's readiness is the instance's too.
     let inst = Api::<TinycodeInstance>::namespaced(c.clone(), ns).get(name).await.ctx("get the instance")?;
+    // The egress proxy's, where the class limits egress (absent otherwise).
+    let mut deployments = vec![naming::fullname(name), naming::front(name), naming::egress(name)];
     if inst.spec.ollama.enabled {
         mark_available(c, ns, &naming::ollama(name)).await?;
+        deployments.push(naming::ollama(name));
     }
     admit_route(c, ns, &naming::route(name), &format!("{name}-{ns}.apps.local.test")).await?;
-    wait_phase(c, ns, name, "Running").await
+    let api: Api<Deployment> = Api::namespaced(c.clone(), ns);
+    wait_for(&format!("{ns}/{name} to be Running"), WAIT, || async {
+        for d in &deployments {
+            let Some(live) = api.get_opt(d).await.ctx("get deployment")? else { continue };
+            let seen = live.status.as_ref().and_then(|s| s.observed_generation);
+            if seen < live.metadata.generation {
+                devcluster::mark_deployment_available(c, ns, d)
+                    .await
+                    .map_err(|e| format!("mark {d} available: {e}"))?;
+            }
+        }
+        let Some(inst) = get_instance(c, ns, name).await? else { return Ok(None) };
+        let st = inst.status.clone().unwrap_or_default();
+        let current = st.observed_generation == inst.metadata.generation;
+        Ok((current && st.phase.map(|p| p.as_str()) == Some("Running")).then_some(inst))
+    })
+    .await
 }
 
 pub async fn prepare(client: &Client, ns: &str) -> TestResult {

@@ -217,6 +217,7 @@ fn main() {
         a_class_serves_only_the_namespaces_it_selects,
         a_renamed_instance_still_counts_against_its_class,
         a_stricter_class_stops_what_runs_beyond_it,
+        a_class_egress_list_is_checked_and_gives_instances_a_proxy,
         model_keys_are_referenced_never_copied,
         // From here on the control plane has no OpenShift APIs (removed by the first of these).
         k8s_platform_is_detected_without_openshift_apis,
