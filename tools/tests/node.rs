@@ -2055,7 +2055,12 @@ fn egress_only_where_the_class_allows() -> Result<(), Failed> {
         assert!(aliased.starts_with("status 403") && aliased.contains("alias of denied.egress.test"), "{aliased}");
 
         // With the proxy ignored, nothing answers: the allowed host, the
-        // metadata stand-in, the neighbour's egress proxy.
+        // metadata stand-in, the neighbour's egress proxy. (A pod no policy
+        // holds reaches the first two: the policy is what stops the agent.)
+        for url in [format!("http://198.18.0.11:5556{discovery}"), node.metadata_url.clone()] {
+            let control = get_from_pod(node, &client, other, &url, None, ALLOWED).await;
+            assert!(control.starts_with("status 200"), "{url} from an unconfined pod: {control}");
+        }
         let neighbour_proxy = format!("http://neighbour-tinycode-egress.{other}.svc.cluster.local:3128/healthz");
         for url in [format!("http://198.18.0.11:5556{discovery}"), node.metadata_url.clone(), neighbour_proxy.clone()] {
             let direct = get(&["get", "-direct", "-timeout", "2s", "-retry-for", "6s", &url]);
