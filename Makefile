@@ -175,6 +175,11 @@ bench-model-keys: ## What the model-key proxy adds to a model request and the me
 	cargo build --release --bin tinycode-operator
 	cargo run --release --example model_keys_bench -- target/release/tinycode-operator
 
+.PHONY: bench-egress
+bench-egress: ## What the egress proxy adds to a request and the memory it holds (docs/benchmarks.md)
+	cargo build --release --bin tinycode-operator
+	cargo run --release --example egress_bench -- target/release/tinycode-operator
+
 .PHONY: bench-front
 bench-front: ## What the sign-in front's hop adds to each request of a sign-in instance (docs/benchmarks.md)
 	cargo build --release --bin tinycode-operator

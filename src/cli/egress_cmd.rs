@@ -42,6 +42,10 @@ pub struct EgressArgs {
     /// The instance's start credential, which the relay checks.
     #[arg(long, requires = "refused_url")]
     pub start_credential_file: Option<PathBuf>,
+    /// Let loopback targets past the guard (`make bench-egress`, whose
+    /// stand-ins listen there; the chart never sets it).
+    #[arg(long, hide = true)]
+    pub allow_loopback_targets: bool,
 }
 
 impl EgressArgs {
@@ -57,6 +61,7 @@ impl EgressArgs {
             },
             nameservers: Vec::new(),
             refused: self.refused_url.clone().zip(self.start_credential_file.clone()),
+            allow_loopback: self.allow_loopback_targets,
         }
     }
 }

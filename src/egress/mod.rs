@@ -60,6 +60,8 @@ pub struct Settings {
     /// file of the instance's start credential (None: refusals are only
     /// logged and counted).
     pub refused: Option<(String, PathBuf)>,
+    /// Loopback targets pass the guard (the bench).
+    pub allow_loopback: bool,
 }
 
 /// What each request needs.
@@ -310,7 +312,10 @@ pub async fn serve(listener: TcpListener, egress: Arc<Egress>) {
 }
 
 pub async fn run(settings: Settings) -> Result<(), String> {
-    let policy = load_policy(&settings.policy)?;
+    let mut policy = load_policy(&settings.policy)?;
+    if settings.allow_loopback {
+        policy = policy.with_loopback();
+    }
     let metrics = Arc::new(Metrics::new(settings.labels.clone()));
     let mut egress = Egress::new(policy, &settings.nameservers, metrics.clone());
     if let Some((url, credential)) = &settings.refused {
