@@ -258,3 +258,39 @@ async fn an_oversized_request_is_refused_before_the_provider() {
     assert!(w.provider.seen.lock().unwrap().is_empty());
     assert!(w.metrics.encode().contains("code=\"too-large\"} 1"));
 }
+
+/// A hosted OpenAI-compatible API under a path of its own (OpenRouter's
+/// `https://openrouter.ai/api/v1`, OpenAI's `https://api.openai.com/v1`) is a
+/// provider like a vLLM server: `/NAME/v1/...` goes under its base, path
+/// prefix kept, with its key, and the agent's own key never reaches it.
+#[tokio::test]
+async fn a_hosted_api_under_a_path_prefix_gets_its_key_there() {
+    let seen: Seen = Seen::default();
+    let recorded = seen.clone();
+    let hosted = Router::new().fallback(move |req: axum::extract::Request| {
+        let seen = recorded.clone();
+        async move {
+            let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+            seen.lock().unwrap().push((req.uri().path().to_string(), auth.to_string()));
+            axum::Json(serde_json::json!({"data": [{"id": "openai/gpt-4o"}]}))
+        }
+    });
+    let addr = serve(hosted).await;
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("openrouter"), "sk-or-v1-hosted\n").unwrap();
+    let provider: Provider = format!("openrouter=http://{addr}/api/v1").parse().unwrap();
+    let metrics = Arc::new(Metrics::new(Labels::default()));
+    let proxy = serve(router(Arc::new(Proxy::new(&[provider], keys.path().to_path_buf(), metrics, true)))).await;
+    let r = client()
+        .get(format!("http://{proxy}/openrouter/v1/models"))
+        .bearer_auth("the agent's own")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        vec![("/api/v1/models".to_string(), "Bearer sk-or-v1-hosted".to_string())],
+        "under the base's path, with the proxy's key alone"
+    );
+}
