@@ -43,6 +43,8 @@ pub struct Settings {
     pub cluster_cidrs: Vec<String>,
     /// The cluster's DNS domain (`--cluster-domain`).
     pub cluster_domain: String,
+    /// DNS servers outside pods that limited agents may ask (`--cluster-dns-cidrs`).
+    pub cluster_dns_cidrs: Vec<String>,
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
@@ -219,6 +221,7 @@ impl Default for Settings {
             .map(String::from)
             .to_vec(),
             cluster_domain: "cluster.local".into(),
+            cluster_dns_cidrs: Vec::new(),
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),
             helm_timeout: Duration::from_secs(120),

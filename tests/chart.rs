@@ -1273,10 +1273,7 @@ fn a_class_that_limits_egress_leaves_the_agent_dns_and_its_proxy() {
     let dns_ports: Vec<i64> =
         egress[0]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()).collect();
     assert!(dns_ports.iter().all(|p| *p == 53 || *p == 5353), "{dns_ports:?}");
-    assert!(
-        egress[0]["to"].as_array().unwrap().iter().all(|t| t["ipBlock"]["cidr"] != "0.0.0.0/0"),
-        "DNS only to the cluster's own addresses"
-    );
+    assert!(egress[0]["to"].as_array().unwrap().iter().all(|t| t["ipBlock"].is_null()), "DNS only to DNS pods");
     assert_eq!(egress[1]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "egress");
     assert_eq!(egress[1]["ports"], json!([{"protocol": "TCP", "port": 3128}]));
     assert_eq!(egress[2]["ports"], json!([{"protocol": "TCP", "port": 11434}]));
@@ -1288,17 +1285,37 @@ fn a_class_that_limits_egress_leaves_the_agent_dns_and_its_proxy() {
     );
     assert_eq!(pnp["spec"]["egress"], np_default_egress());
 
-    // Every program of the agent's pod goes through the proxy: the agent, the
-    // model-key proxy and the git clone.
+    // Every program of the agent's pod goes through the proxy: the agent and
+    // the git clone by their environment, the model-key proxy (which heeds no
+    // environment) by its flag.
     let server = find(&docs, "Deployment", "dev-tinycode");
     let url = format!("http://{name}:3128");
+    let keys = container(server, "model-keys");
+    assert!(keys["args"].as_array().unwrap().iter().any(|a| *a == json!(format!("--egress-proxy={url}"))), "{keys}");
     let init = &server["spec"]["template"]["spec"]["initContainers"][0];
-    for ctr in [container(server, "tinycode"), container(server, "model-keys"), init] {
+    for ctr in [container(server, "tinycode"), init] {
         for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
             assert_eq!(env_of(ctr, var).map(|e| &e["value"]), Some(&json!(url)), "{} {var}", ctr["name"]);
         }
-        assert_eq!(env_of(ctr, "NO_PROXY").map(|e| &e["value"]), Some(&json!("localhost,127.0.0.1,::1")));
+        assert_eq!(env_of(ctr, "NO_PROXY").map(|e| &e["value"]), Some(&json!("localhost,127.0.0.1,::1,dev-ollama")));
     }
+    // Ollama, which the agent reaches and which pulls from (or pushes to)
+    // any registry it is told, is held to DNS and the proxy too.
+    let ollama = find(&docs, "Deployment", "dev-ollama");
+    assert_eq!(env_of(container(ollama, "ollama"), "HTTPS_PROXY").map(|e| &e["value"]), Some(&json!(url)));
+    let onp = find(&docs, "NetworkPolicy", "dev-ollama");
+    assert_eq!(onp["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    assert_eq!(onp["spec"]["egress"].as_array().unwrap().len(), 2, "DNS and the proxy");
+    assert_eq!(onp["spec"]["egress"][1], egress[1], "the same rule to the proxy");
+    assert_eq!(
+        pnp["spec"]["ingress"][0]["from"][1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "ollama"
+    );
+    // DNS: the DNS pods of kube-system and openshift-dns, nothing else by default.
+    let dns = &egress[0]["to"];
+    assert_eq!(dns.as_array().unwrap().len(), 2, "{dns}");
+    assert_eq!(dns[0]["podSelector"]["matchLabels"]["k8s-app"], "kube-dns");
+    assert_eq!(dns[1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "openshift-dns");
 
     // Stopped: the proxy too. Without the class's egress: nothing of it.
     let mut stopped = spec.clone();

@@ -178,6 +178,11 @@ pub struct SettingsArgs {
     /// are the cluster's Services.
     #[arg(long, global = true, env = "TINYCODE_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
+    /// Addresses of DNS servers that run outside pods (comma-separated
+    /// CIDRs: a node's own address, a node-local cache), which agents whose
+    /// class limits egress may ask besides the cluster's DNS pods.
+    #[arg(long, global = true, env = "TINYCODE_CLUSTER_DNS_CIDRS", value_delimiter = ',')]
+    pub cluster_dns_cidrs: Vec<String>,
     /// Ollama image for instances with ollama.enabled.
     #[arg(long, global = true, env = "TINYCODE_OLLAMA_IMAGE", default_value = "docker.io/ollama/ollama:latest")]
     pub ollama_image: String,
@@ -539,6 +544,10 @@ impl SettingsArgs {
             crate::render::values::parse_cidr(c)
                 .ok_or_else(|| format!("--cluster-cidrs {c:?} is not a CIDR (e.g. 10.0.0.0/8 or fd00::/8)"))
         })?;
+        let cluster_dns_cidrs = parse_each(&self.cluster_dns_cidrs, |c| {
+            crate::render::values::parse_cidr(c)
+                .ok_or_else(|| format!("--cluster-dns-cidrs {c:?} is not a CIDR (e.g. 169.254.20.10/32)"))
+        })?;
         if !crate::egress::policy::valid_name(&self.cluster_domain) {
             return Err(format!("--cluster-domain {:?} is not a DNS name (e.g. cluster.local)", self.cluster_domain));
         }
@@ -548,6 +557,7 @@ impl SettingsArgs {
             egress_deny_cidrs,
             cluster_cidrs,
             cluster_domain: self.cluster_domain.clone(),
+            cluster_dns_cidrs,
             allowed_registries: parse_each(&self.allowed_registries, |r| Ok(r.to_string()))?,
             allowed_cluster_roles: parse_each(&self.allowed_cluster_roles, |r| Ok(r.to_string()))?,
             operator_namespace: self.operator_namespace.clone(),

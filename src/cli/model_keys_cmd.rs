@@ -43,6 +43,10 @@ pub struct ModelKeysArgs {
     /// chart never sets it: the agent shares the pod's loopback).
     #[arg(long, hide = true)]
     pub allow_loopback_providers: bool,
+    /// The instance's egress proxy (`http://HOST:PORT`), where its class
+    /// limits egress: every provider is reached through it.
+    #[arg(long)]
+    pub egress_proxy: Option<String>,
 }
 
 impl ModelKeysArgs {
@@ -58,6 +62,7 @@ impl ModelKeysArgs {
                 class: self.class.clone(),
             },
             allow_loopback: self.allow_loopback_providers,
+            egress_proxy: self.egress_proxy.clone(),
         }
     }
 }

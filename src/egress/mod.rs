@@ -43,8 +43,17 @@ const MAX_POLICY_BYTES: u64 = 1 << 20;
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time to connect to one address of the target.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections at once (every tunnel holds one), and from one client.
+/// Client connections at once. A tunnel leaves its connection's slot once
+/// open (hyper hands the upgraded stream over), so tunnels have their own.
 const MAX_CONNECTIONS: usize = 512;
+/// Tunnels open at once.
+const MAX_TUNNELS: usize = 256;
+/// A tunnel through which nothing passed for this long is closed.
+const TUNNEL_IDLE: Duration = Duration::from_secs(300);
+/// Longest a plain request waits for the answer's head (a model's first token).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
+/// Addresses of one answer tried in turn.
+const MAX_ADDRESSES: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -70,6 +79,7 @@ pub struct Egress {
     resolver: GuardedResolver,
     metrics: Arc<Metrics>,
     reporter: Option<Arc<report::Reporter>>,
+    tunnels: Arc<tokio::sync::Semaphore>,
 }
 
 type Answer = Response<Body>;
@@ -77,7 +87,13 @@ type Answer = Response<Body>;
 impl Egress {
     pub fn new(policy: Policy, nameservers: &[SocketAddr], metrics: Arc<Metrics>) -> Self {
         let resolver = GuardedResolver::with_nameservers(false, LOOKUP_TIMEOUT, nameservers);
-        Egress { policy, resolver, metrics, reporter: None }
+        Egress {
+            policy,
+            resolver,
+            metrics,
+            reporter: None,
+            tunnels: Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS)),
+        }
     }
 
     /// Refusals are told to the relay at `url` with the credential in `credential_file`.
@@ -93,7 +109,7 @@ impl Egress {
             self.policy.check_literal(ip, port)?;
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
-        let name = policy::normalize(host);
+        let name = self.policy.qualify(host);
         if !policy::valid_name(&name) {
             return Err(Refusal::BadRequest(format!("{host:?} is not a host name")));
         }
@@ -129,6 +145,10 @@ impl Egress {
             Ok(addrs) => addrs,
             Err(r) => return self.refused(&host, port, &r),
         };
+        let Ok(slot) = self.tunnels.clone().try_acquire_owned() else {
+            self.metrics.refused("too_many_tunnels");
+            return text(StatusCode::SERVICE_UNAVAILABLE, format!("{MAX_TUNNELS} tunnels are open already\n"));
+        };
         let upstream = match connect(&target).await {
             Ok(s) => s,
             Err(e) => return self.unreachable(&host, port, &e),
@@ -136,13 +156,10 @@ impl Egress {
         self.metrics.allowed("connect");
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
-                Ok(upgraded) => {
-                    let mut client = TokioIo::new(upgraded);
-                    let mut upstream = upstream;
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                }
+                Ok(upgraded) => pump(TokioIo::new(upgraded), upstream, TUNNEL_IDLE).await,
                 Err(e) => tracing::debug!(error = %e, "egress: the client left before the tunnel opened"),
             }
+            drop(slot);
         });
         Response::new(Body::empty())
     }
@@ -170,9 +187,10 @@ impl Egress {
         });
         let req = origin_form(req, &host, port);
         self.metrics.allowed("http");
-        match sender.send_request(req).await {
-            Ok(resp) => resp.map(Body::new),
-            Err(e) => self.unreachable(&host, port, &e.to_string()),
+        match tokio::time::timeout(ANSWER_TIMEOUT, sender.send_request(req)).await {
+            Ok(Ok(resp)) => resp.map(Body::new),
+            Ok(Err(e)) => self.unreachable(&host, port, &e.to_string()),
+            Err(_) => self.unreachable(&host, port, &format!("no answer within {ANSWER_TIMEOUT:?}")),
         }
     }
 
@@ -249,8 +267,20 @@ fn origin_form(req: Request<Incoming>, host: &str, port: u16) -> Request<Incomin
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     parts.uri = path.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
-    for h in ["proxy-authorization", "proxy-connection", "connection", "keep-alive"] {
+    // Hop-by-hop headers (RFC 9110 7.6.1), and those the client's
+    // Connection header names, are the proxy's, not the server's.
+    let named: Vec<String> = parts
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|h| h.trim().to_ascii_lowercase()))
+        .collect();
+    for h in ["proxy-authorization", "proxy-connection", "connection", "keep-alive", "te", "trailer", "upgrade"] {
         parts.headers.remove(h);
+    }
+    for h in named.iter().filter(|h| !h.is_empty() && *h != "host") {
+        parts.headers.remove(h.as_str());
     }
     let value = if port == 80 { host.to_string() } else { format!("{host}:{port}") };
     if let Ok(v) = HeaderValue::from_str(&value) {
@@ -259,10 +289,58 @@ fn origin_form(req: Request<Incoming>, host: &str, port: u16) -> Request<Incomin
     Request::from_parts(parts, body)
 }
 
-/// Connects to the first address that answers.
+/// Copies both ways until both sides end, or nothing passes for `idle`.
+async fn pump<A, B>(a: A, b: B, idle: Duration)
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use std::sync::atomic::AtomicU64;
+    let started = tokio::time::Instant::now();
+    let last = AtomicU64::new(0);
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let watch = async {
+        loop {
+            tokio::time::sleep(idle / 10).await;
+            let quiet = started.elapsed().as_secs().saturating_sub(last.load(std::sync::atomic::Ordering::Relaxed));
+            if Duration::from_secs(quiet) >= idle {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = async { tokio::join!(one_way(&mut ar, &mut bw, &last, started), one_way(&mut br, &mut aw, &last, started)) } => {}
+        () = watch => tracing::debug!("egress: a tunnel idle for {idle:?} closed"),
+    }
+}
+
+/// Copies `r` to `w` until `r` ends, noting in `last` (seconds since
+/// `started`) when bytes last passed.
+async fn one_way<R, W>(r: &mut R, w: &mut W, last: &std::sync::atomic::AtomicU64, started: tokio::time::Instant)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        last.store(started.elapsed().as_secs(), std::sync::atomic::Ordering::Relaxed);
+        if w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// Connects to the first address that answers (of the first few).
 async fn connect(addrs: &[SocketAddr]) -> Result<TcpStream, String> {
     let mut last = String::from("no address");
-    for addr in addrs {
+    for addr in addrs.iter().take(MAX_ADDRESSES) {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);

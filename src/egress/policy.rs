@@ -73,21 +73,25 @@ impl Net {
         Ok(Net { addr, len })
     }
 
+    /// Whether the range holds `ip`, or an IPv4 address `ip` carries (an
+    /// IPv4-mapped, NAT64, 6to4 or Teredo form: what it reaches in the end).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        match (self.addr, ip) {
+        forms(ip).into_iter().flatten().any(|ip| match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.len),
             (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.len),
             _ => false,
-        }
+        })
     }
 }
 
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
-fn canonical(ip: IpAddr) -> IpAddr {
+/// `ip` and the IPv4 addresses an IPv6 address carries.
+fn forms(ip: IpAddr) -> [Option<IpAddr>; 4] {
     match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+        IpAddr::V6(v6) => {
+            let [a, b] = crate::vllm::netguard::embedded_v4(v6);
+            [Some(ip), v6.to_ipv4_mapped().map(IpAddr::V4), a.map(IpAddr::V4), b.map(IpAddr::V4)]
+        }
+        v4 => [Some(v4), None, None, None],
     }
 }
 
@@ -264,6 +268,19 @@ impl Policy {
         Ok(())
     }
 
+    /// `name` (normalized) as the proxy looks it up: a Service's short name
+    /// (`<service>.<namespace>.svc`, as model server URLs are often written)
+    /// gains the cluster domain; any other name stays as it is, and is
+    /// looked up as written (fully qualified, no search list).
+    pub fn qualify(&self, name: &str) -> String {
+        let name = normalize(name);
+        let short = self.service_suffix.trim_start_matches('.').split('.').next().unwrap_or("svc");
+        match name.strip_suffix(&format!(".{short}")) {
+            Some(rest) if rest.contains('.') => format!("{name}{}", &self.service_suffix[short.len() + 1..]),
+            _ => name,
+        }
+    }
+
     /// Whether `name` is a Service's name in the cluster domain.
     fn is_service_name(&self, name: &str) -> bool {
         let name = normalize(name);
@@ -345,6 +362,17 @@ mod tests {
     }
 
     #[test]
+    fn a_services_short_name_gains_the_cluster_domain() {
+        let p = policy();
+        assert_eq!(p.qualify("vllm.models.svc"), "vllm.models.svc.cluster.local");
+        assert_eq!(p.qualify("VLLM.models.svc."), "vllm.models.svc.cluster.local");
+        assert_eq!(p.qualify("vllm.models.svc.cluster.local"), "vllm.models.svc.cluster.local");
+        assert_eq!(p.qualify("models.svc"), "models.svc", "a namespace's name alone is no Service");
+        assert_eq!(p.qualify("git.example.test"), "git.example.test");
+        assert_eq!(p.qualify("svc"), "svc");
+    }
+
+    #[test]
     fn every_reason_is_one_the_relay_names() {
         let ip = ip("10.0.0.1");
         let all = [
@@ -382,6 +410,9 @@ mod tests {
         assert!(cidr("10.0.0.0/8").is_ok());
         assert!(Net::parse("10.0.0.0/8").unwrap().contains(ip("10.255.0.1")));
         assert!(!Net::parse("10.0.0.0/9").unwrap().contains(ip("10.128.0.1")));
+        // What an IPv6 address carries reaches that IPv4 address (NAT64, 6to4).
+        assert!(Net::parse("10.0.0.0/8").unwrap().contains(ip("64:ff9b::a00:5")));
+        assert!(Net::parse("10.0.0.0/8").unwrap().contains(ip("2002:a00:5::1")));
         assert!(Net::parse("0.0.0.0/0").unwrap().contains(ip("1.2.3.4")));
     }
 }

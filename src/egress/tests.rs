@@ -222,6 +222,8 @@ async fn ip_literals_aliases_and_addresses_inside_the_cluster_are_refused() {
     assert_eq!(t.metrics.refused_count("cluster_address"), 1);
     let (_, status, _) = ask(t.proxy, &connect_to(&format!("vllm.models.svc.cluster.local:{}", t.echo))).await;
     assert_eq!(status, 502, "allowed; nothing listens on 127.0.0.70");
+    let (_, status, _) = ask(t.proxy, &connect_to(&format!("vllm.models.svc:{}", t.echo))).await;
+    assert_eq!(status, 502, "a Service's short name is the same Service");
     // A name pointed at the metadata service.
     let (_, status, _) = ask(t.proxy, &connect_to(&format!("meta.example.test:{}", t.echo))).await;
     assert_eq!(status, 403);
@@ -344,4 +346,45 @@ async fn a_refusal_becomes_an_event_on_the_instance_once() {
     let bad = serde_json::json!({"host": "x\ny", "port": 443, "reason": "host_not_allowed"});
     assert_eq!(status(http.post(&url).bearer_auth(&own).json(&bad).send().await.unwrap()), 400);
     assert_eq!(published.0.lock().unwrap().len(), 1, "nothing else was published");
+}
+
+/// Tunnels are bounded apart from connections (an open tunnel has left its
+/// connection's slot), and one through which nothing passes is closed.
+#[tokio::test]
+async fn tunnels_are_bounded_and_idle_ones_close() {
+    let t = setup().await;
+    let zone = HashMap::from([("git.example.test", Rr::A(Ipv4Addr::new(127, 0, 0, 1)))]);
+    let nameserver = dns(zone).await;
+    let file = PolicyFile {
+        hosts: vec![HostRule { host: "git.example.test".into(), ports: vec![t.echo] }],
+        ..PolicyFile::default()
+    };
+    let mut egress = Egress::new(Policy::new(&file).unwrap().with_loopback(), &[nameserver], t.metrics.clone());
+    egress.tunnels = Arc::new(tokio::sync::Semaphore::new(1));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, Arc::new(egress)));
+    let target = connect_to(&format!("git.example.test:{}", t.echo));
+    let (first, status, _) = ask(proxy, &target).await;
+    assert_eq!(status, 200);
+    assert_eq!(ask(proxy, &target).await.1, 503, "the one tunnel is open");
+    assert_eq!(t.metrics.refused_count("too_many_tunnels"), 1);
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, status, _) = ask(proxy, &target).await;
+        if status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the slot did not come back: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Nothing passes: the pump ends by itself; bytes that pass keep it open.
+    let (client, _keep) = tokio::io::duplex(64);
+    let (server, _keep2) = tokio::io::duplex(64);
+    let idle = Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), pump(client, server, idle)).await.expect("an idle tunnel closes");
+    assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
 }

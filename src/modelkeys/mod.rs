@@ -116,6 +116,9 @@ pub struct Settings {
     pub labels: Labels,
     /// Providers on loopback allowed (tests and the bench only).
     pub allow_loopback: bool,
+    /// The instance's egress proxy, where its class limits egress: every
+    /// provider is reached through it (None: directly).
+    pub egress_proxy: Option<String>,
 }
 
 /// What a request handler needs.
@@ -126,6 +129,7 @@ pub struct Proxy {
     refused: BTreeMap<String, String>,
     keys_dir: PathBuf,
     http: reqwest::Client,
+    allow_loopback: bool,
     metrics: Arc<Metrics>,
     /// Request bodies held at once, in MiB (each holds at least one): the
     /// container's memory limit is not for one agent's parallel uploads to reach.
@@ -136,23 +140,41 @@ pub struct Proxy {
 const HELD_MIB: usize = 4 * (MAX_REQUEST_BYTES >> 20);
 
 impl Proxy {
-    pub fn new(providers: &[Provider], keys_dir: PathBuf, metrics: Arc<Metrics>, allow_loopback: bool) -> Self {
+    /// The same proxy, reaching every provider through `egress` (an HTTP
+    /// proxy: CONNECT for https, absolute form for http), which checks the
+    /// provider's host against the class's list.
+    pub fn through(mut self, egress: &str) -> Result<Self, String> {
+        let proxy = reqwest::Proxy::all(egress).map_err(|e| format!("--egress-proxy {egress:?}: {e}"))?;
+        self.http = Self::client(self.allow_loopback, Some(proxy))?;
+        Ok(self)
+    }
+
+    /// The HTTP client to the providers: straight to them, or through `via`.
+    fn client(allow_loopback: bool, via: Option<reqwest::Proxy>) -> Result<reqwest::Client, String> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
             // A redirect could carry the key to a host of the answer's choosing.
             .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
             // A name that resolves to loopback, link-local or metadata
-            // addresses gets no key either (checked on the address dialled).
+            // addresses gets no key either (checked on the address dialled;
+            // through an egress proxy, that proxy checks the provider's).
             .dns_resolver(crate::vllm::netguard::GuardedResolver::with_nameservers(
                 allow_loopback,
                 CONNECT_TIMEOUT,
                 &[],
-            ))
-            .build()
-            .expect("HTTP client");
+            ));
+        // Never a proxy of the environment: only the one the chart names.
+        let builder = match via {
+            Some(proxy) => builder.proxy(proxy),
+            None => builder.no_proxy(),
+        };
+        builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
+    }
+
+    pub fn new(providers: &[Provider], keys_dir: PathBuf, metrics: Arc<Metrics>, allow_loopback: bool) -> Self {
+        let http = Self::client(allow_loopback, None).expect("HTTP client");
         let (mut refused, mut allowed) = (BTreeMap::new(), BTreeMap::new());
         for p in providers {
             match p.reachable(allow_loopback) {
@@ -161,7 +183,7 @@ impl Proxy {
             };
         }
         let held = Arc::new(tokio::sync::Semaphore::new(HELD_MIB));
-        Proxy { providers: allowed, refused, keys_dir, http, metrics, held }
+        Proxy { providers: allowed, refused, keys_dir, http, allow_loopback, metrics, held }
     }
 
     /// Why a provider gets no key, if it is one of the refused.
@@ -396,8 +418,12 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     // dumpable process); CAP_SYS_PTRACE (the shell tier) overrides it.
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("cannot make the process non-dumpable: {e}"))?;
     let metrics = Arc::new(Metrics::new(settings.labels.clone()));
-    let proxy =
-        Arc::new(Proxy::new(&settings.providers, settings.keys_dir.clone(), metrics.clone(), settings.allow_loopback));
+    let proxy = Proxy::new(&settings.providers, settings.keys_dir.clone(), metrics.clone(), settings.allow_loopback);
+    let proxy = match &settings.egress_proxy {
+        Some(url) => proxy.through(url)?,
+        None => proxy,
+    };
+    let proxy = Arc::new(proxy);
     for (name, why) in &proxy.refused {
         tracing::warn!(provider = %name, reason = %why, "model-keys: this provider gets no key");
     }

@@ -294,3 +294,38 @@ async fn a_hosted_api_under_a_path_prefix_gets_its_key_there() {
         "under the base's path, with the proxy's key alone"
     );
 }
+
+/// Where the class limits egress, providers are reached through the
+/// instance's egress proxy (`--egress-proxy`), which gets the request for
+/// the provider's own URL; the proxy of the environment is never used.
+#[tokio::test]
+async fn through_an_egress_proxy_the_request_names_the_provider() {
+    let seen: Seen = Seen::default();
+    let recorded = seen.clone();
+    // A stand-in HTTP proxy: records the absolute-form target and the key.
+    let egress = Router::new().fallback(move |req: axum::extract::Request| {
+        let seen = recorded.clone();
+        async move {
+            let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+            seen.lock().unwrap().push((req.uri().to_string(), auth.to_string()));
+            axum::Json(serde_json::json!({"data": []}))
+        }
+    });
+    let egress = serve(egress).await;
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("hosted"), "sk-hosted\n").unwrap();
+    // Nothing listens there: only the egress proxy could answer.
+    let provider: Provider = "hosted=http://models.example.test:8000".parse().unwrap();
+    let metrics = Arc::new(Metrics::new(Labels::default()));
+    let proxy = Proxy::new(&[provider], keys.path().to_path_buf(), metrics, false)
+        .through(&format!("http://{egress}"))
+        .unwrap();
+    let proxy = serve(router(Arc::new(proxy))).await;
+    let r = client().get(format!("http://{proxy}/hosted/v1/models")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        vec![("http://models.example.test:8000/v1/models".to_string(), "Bearer sk-hosted".to_string())]
+    );
+    assert!(Proxy::new(&[], PathBuf::new(), Arc::new(Metrics::new(Labels::default())), false).through("::").is_err());
+}

@@ -128,7 +128,7 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Refusal> {
 /// 16..48; Teredo (2001::/32): the server in bits 32..64 and the client in
 /// the last 32 bits, inverted. Relays and tunnels deliver to the embedded
 /// address, so each must pass like a plain IPv4 address.
-fn embedded_v4(ip: Ipv6Addr) -> [Option<Ipv4Addr>; 2] {
+pub(crate) fn embedded_v4(ip: Ipv6Addr) -> [Option<Ipv4Addr>; 2] {
     let s = ip.segments();
     let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
     match s {

@@ -1960,7 +1960,7 @@ fn egress_class(ns: &str, other: &str) -> Value {
         "metadata": {"name": "node-egress"},
         "spec": {"egress": {"hosts": [
             {"host": "allowed.egress.test", "ports": [5556]},
-            {"host": format!("*.{ns}.svc.cluster.local"), "ports": [5556]},
+            {"host": format!("*.{ns}.svc.cluster.local"), "ports": [5556, 8000]},
             {"host": format!("*.{other}.svc.cluster.local"), "ports": [5556]}
         ]}}
     })
@@ -1980,7 +1980,11 @@ fn egress_only_where_the_class_allows() -> Result<(), Failed> {
         install_operator(node).await;
         // The node's own ranges (pods, Services, the node), so the peer is
         // outside the cluster as a git host or registry would be.
-        set_manager_env(node, &["TINYCODE_CLUSTER_CIDRS=198.18.128.0/20,198.19.0.0/16,198.18.0.10/32"]);
+        // Its DNS is CoreDNS on the node's address, outside any pod.
+        set_manager_env(
+            node,
+            &["TINYCODE_CLUSTER_CIDRS=198.18.128.0/20,198.19.0.0/16,198.18.0.10/32", "TINYCODE_CLUSTER_DNS_CIDRS=198.18.0.10/32"],
+        );
         let client = node.client().await;
         let (ns, other) = ("node-egress", "node-egress-b");
         fresh_namespace(node, ns).await;
@@ -1995,9 +1999,17 @@ fn egress_only_where_the_class_allows() -> Result<(), Failed> {
             .patch("alias", &PatchParams::apply("node-test").force(), &Patch::Apply(&alias))
             .await
             .unwrap();
+        // A model server that wants a key, which the model-key proxy beside
+        // the agent must reach through the egress proxy.
+        node.kubectl_ok(&["create", "secret", "generic", "model-keys", "-n", ns, "--from-literal=vllm=sk-node-egress"]);
+        keyed_provider(&client, ns, &node.standin_image).await;
         for (n, name) in [(ns, "locked"), (other, "neighbour")] {
             let mut inst = basic_instance(name);
             inst["spec"]["className"] = json!("node-egress");
+            if name == "locked" {
+                inst["spec"]["vllm"] = json!([{"name": "keyed", "url": format!("http://provider.{ns}.svc:8000"),
+                                                "apiKeySecret": {"name": "model-keys", "key": "vllm"}}]);
+            }
             apply_instance(&client, n, &inst).await;
         }
         for (n, name) in [(ns, "locked"), (other, "neighbour")] {
@@ -2050,6 +2062,13 @@ fn egress_only_where_the_class_allows() -> Result<(), Failed> {
         // The metadata stand-in.
         let metadata = get(&["get", &node.metadata_url]);
         assert!(metadata.starts_with("status 403"), "the metadata address through the proxy: {metadata}");
+        // The model-key proxy reaches its provider (by the Service's short
+        // name) through the egress proxy, with the key; the agent itself
+        // cannot reach it directly.
+        let models = get(&["get", "-retry-for", "30s", "http://127.0.0.1:4099/keyed/v1/models"]);
+        assert!(models.starts_with("status 200") && models.contains("keyed-standin"), "through both proxies: {models}");
+        let direct = get(&["get", "-direct", "-timeout", "2s", "-retry-for", "6s", &format!("http://provider.{ns}.svc:8000/v1/models")]);
+        assert!(direct.starts_with("unreachable"), "the provider directly: {direct}");
         // An ExternalName Service of an allowed namespace aliasing a denied host.
         let aliased = get(&["get", &format!("http://alias.{ns}.svc.cluster.local:5556{discovery}")]);
         assert!(aliased.starts_with("status 403") && aliased.contains("alias of denied.egress.test"), "{aliased}");
@@ -2090,7 +2109,7 @@ fn egress_only_where_the_class_allows() -> Result<(), Failed> {
             let _ = Api::<Namespace>::all(client.clone()).delete(n, &DeleteParams::default()).await;
         }
         let _ = classes.delete("node-egress", &DeleteParams::default()).await;
-        set_manager_env(node, &["TINYCODE_CLUSTER_CIDRS-"]);
+        set_manager_env(node, &["TINYCODE_CLUSTER_CIDRS-", "TINYCODE_CLUSTER_DNS_CIDRS-"]);
     });
     Ok(())
 }

@@ -296,20 +296,35 @@ Loopback stays direct: the model-key proxy beside the agent. */}}
 - name: {{ . }}
   value: {{ $proxy | quote }}
 {{- end }}
+{{- $direct := "localhost,127.0.0.1,::1" }}
+{{- if .Values.ollama.enabled }}
+{{- /* The bundled Ollama, which its NetworkPolicy lets the agent reach. */}}
+{{- $direct = printf "%s,%s" $direct .Values.names.ollama }}
+{{- end }}
 {{- range list "NO_PROXY" "no_proxy" }}
 - name: {{ . }}
-  value: "localhost,127.0.0.1,::1"
+  value: {{ $direct | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
 
-{{- /* DNS: the cluster's DNS pods (kube-system's on port 53, OpenShift's
-on 5353 behind the Service's 53), or a DNS server on a node's address in the
-cluster's ranges; never a server on the internet (a DNS query carries data out). */}}
+{{- /* DNS, and DNS servers alone: the cluster's DNS pods (kube-system's,
+answering on 53; OpenShift's in openshift-dns, on 5353 behind the Service's
+53) and the addresses the cluster-admin names for DNS served outside pods
+(--cluster-dns-cidrs: a node's own address, a node-local cache). Never a
+server on the internet, nor any other pod or host on those ports. */}}
 {{- define "tinycode.dnsEgress" -}}
 - to:
-    - namespaceSelector: {}
-    {{- range .Values.egress.clusterCidrs }}
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: kube-system
+      podSelector:
+        matchLabels:
+          k8s-app: kube-dns
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: openshift-dns
+    {{- range .Values.egress.dnsCidrs }}
     - ipBlock:
         cidr: {{ . | quote }}
     {{- end }}
@@ -322,4 +337,15 @@ cluster's ranges; never a server on the internet (a DNS query carries data out).
       port: 5353
     - protocol: TCP
       port: 5353
+{{- end }}
+
+{{- /* The instance's egress proxy. */}}
+{{- define "tinycode.toEgressProxy" -}}
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "tinycode.selectorLabels" (dict "ctx" . "component" "egress") | nindent 10 }}
+  ports:
+    - protocol: TCP
+      port: 3128
 {{- end }}

@@ -169,6 +169,12 @@ pub fn build(
             settings,
         ),
     };
+    // The model-key proxy reaches its providers through the egress proxy,
+    // which checks their hosts against the class's list.
+    if values.egress.enabled && values.model_keys.enabled {
+        let via = format!("http://{}:{EGRESS_PORT}", values.names.egress);
+        values.model_keys.args.push(format!("--egress-proxy={via}"));
+    }
     values.values_hash = hash(&values, &rendering(settings));
     values
 }

@@ -607,6 +607,8 @@ pub struct EgressValues {
     pub cidrs: Vec<EgressCidrValues>,
     pub cluster_cidrs: Vec<String>,
     pub cluster_domain: String,
+    /// DNS servers outside pods the instance's pods may ask (`--cluster-dns-cidrs`).
+    pub dns_cidrs: Vec<String>,
 }
 
 #[derive(Serialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -673,6 +675,7 @@ impl EgressValues {
                 .collect(),
             cluster_cidrs: settings.cluster_cidrs.clone(),
             cluster_domain: settings.cluster_domain.clone(),
+            dns_cidrs: settings.cluster_dns_cidrs.clone(),
         }
     }
 }
