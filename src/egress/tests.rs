@@ -21,6 +21,8 @@ use super::*;
 enum Rr {
     A(Ipv4Addr),
     Cname(&'static str),
+    /// One address, then the other, in turn (a rebinding server with no cache time).
+    Rebind(Ipv4Addr, Ipv4Addr, Arc<std::sync::atomic::AtomicBool>),
 }
 
 /// A DNS server on loopback answering from `zone` (aliases followed within it).
@@ -40,9 +42,19 @@ async fn dns(zone: HashMap<&'static str, Rr>) -> SocketAddr {
             for _ in 0..8 {
                 let Some(rr) = zone.get(name.as_str()) else { break };
                 let owner = Name::from_ascii(format!("{name}.")).unwrap();
+                let rebound;
+                let rr = match rr {
+                    Rr::Rebind(first, second, flip) => {
+                        let second_now = flip.fetch_xor(true, std::sync::atomic::Ordering::SeqCst);
+                        rebound = Rr::A(if second_now { *second } else { *first });
+                        &rebound
+                    }
+                    other => other,
+                };
                 match rr {
                     Rr::A(ip) if q.query_type() == hickory_resolver::proto::rr::RecordType::A => {
-                        answer.add_answer(Record::from_rdata(owner, 60, RData::A(A(*ip))));
+                        let ttl = if name == "rebind.example.test" { 0 } else { 60 };
+                        answer.add_answer(Record::from_rdata(owner, ttl, RData::A(A(*ip))));
                         found = true;
                         break;
                     }
@@ -50,6 +62,7 @@ async fn dns(zone: HashMap<&'static str, Rr>) -> SocketAddr {
                         found = true;
                         break;
                     }
+                    Rr::Rebind(..) => unreachable!("resolved above"),
                     Rr::Cname(target) => {
                         let to = Name::from_ascii(format!("{target}.")).unwrap();
                         answer.add_answer(Record::from_rdata(owner, 60, RData::CNAME(CNAME(to))));
@@ -138,6 +151,11 @@ async fn setup() -> Setup {
         ("inside.example.test", Rr::A(Ipv4Addr::new(127, 0, 0, 70))),
         ("vllm.models.svc.cluster.local", Rr::A(Ipv4Addr::new(127, 0, 0, 70))),
         ("meta.example.test", Rr::A(Ipv4Addr::new(169, 254, 169, 254))),
+        // An allowed name whose server answers the allowed address, then the metadata one.
+        (
+            "rebind.example.test",
+            Rr::Rebind(Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(169, 254, 169, 254), Arc::default()),
+        ),
     ]);
     let nameserver = dns(zone).await;
     let file = PolicyFile {
@@ -387,4 +405,34 @@ async fn tunnels_are_bounded_and_idle_ones_close() {
     let started = std::time::Instant::now();
     tokio::time::timeout(Duration::from_secs(5), pump(client, server, idle)).await.expect("an idle tunnel closes");
     assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+}
+
+/// DNS rebinding: a name whose answers alternate between an allowed address
+/// and the metadata one. Each request is decided on the one answer it
+/// looked up and connected to that answer's addresses: it tunnels to the
+/// allowed host or is refused, never anything between.
+#[tokio::test]
+async fn a_rebinding_name_reaches_only_the_address_checked() {
+    let t = setup().await;
+    let target = connect_to(&format!("rebind.example.test:{}", t.echo));
+    let (mut tunnelled, mut refused) = (0, 0);
+    for _ in 0..6 {
+        let (mut s, status, _) = ask(t.proxy, &target).await;
+        match status {
+            200 => {
+                s.write_all(b"ping").await.unwrap();
+                let mut back = [0u8; 4];
+                s.read_exact(&mut back).await.unwrap();
+                assert_eq!(&back, b"ping", "the allowed host answered");
+                tunnelled += 1;
+            }
+            403 => {
+                assert!(body(&mut s).await.contains("169.254.169.254"));
+                refused += 1;
+            }
+            other => panic!("status {other}"),
+        }
+    }
+    assert!(tunnelled > 0 && refused > 0, "both answers were seen: {tunnelled} tunnelled, {refused} refused");
+    assert_eq!(t.metrics.refused_count("guarded_address"), refused);
 }
