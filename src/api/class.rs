@@ -188,6 +188,7 @@ pub struct EgressHost {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("isCIDR(self.cidr)").message("cidr: an address range such as 10.20.0.0/16 or fd00::/64"))]
 pub struct EgressCidr {
+    /// An address range, e.g. 10.96.0.1/32 or fd00::/64.
     #[schemars(length(min = 1, max = 64))]
     pub cidr: String,
     /// Ports; none listed: 443.

@@ -207,6 +207,13 @@ pub struct TinycodeInstanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<Git>,
 
+    /// Where this instance's agent may connect: only through its egress
+    /// proxy, to these hosts and ranges. Within its class's egress when the
+    /// class sets one (each entry must be one the class allows, on ports it
+    /// allows); without one, the instance limits its own agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressPolicy>,
+
     /// Kubernetes Ingress options (clusters without OpenShift Routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingress: Option<IngressOptions>,

@@ -73,6 +73,11 @@ impl Net {
         Ok(Net { addr, len })
     }
 
+    /// Whether every address of `inner` is in this range (same family).
+    pub fn holds(&self, inner: &Net) -> bool {
+        inner.len >= self.len && inner.addr.is_ipv4() == self.addr.is_ipv4() && self.contains(inner.addr)
+    }
+
     /// Whether the range holds `ip`, or an IPv4 address `ip` carries (an
     /// IPv4-mapped, NAT64, 6to4 or Teredo form: what it reaches in the end).
     pub fn contains(&self, ip: IpAddr) -> bool {

@@ -148,7 +148,14 @@ pub fn apply(
 ) -> Result<Applied, Vec<Exceeds>> {
     let (name, class, warning) = match choice {
         Choice::Found { name, spec, warning } => (name.as_str(), spec, warning.clone()),
-        Choice::None => return Ok(without_class(spec, settings)),
+        Choice::None => {
+            // The instance limits its own agent: its list must be one the proxy reads.
+            if let Some(e) = spec.egress.as_ref().and_then(egress::unreadable) {
+                let message = format!("the proxy cannot read this list (spec.egress.{e}); correct it");
+                return Err(vec![Exceeds { field: "spec.egress".into(), message }]);
+            }
+            return Ok(without_class(spec, settings));
+        }
         Choice::Missing(name) => return Err(vec![missing(name)]),
     };
     let mut check = Check { of: format!("class {name:?}"), out: Vec::new() };
@@ -179,7 +186,7 @@ pub fn apply(
         );
     }
     check.storage(spec, class);
-    check.egress(class);
+    check.egress(spec, class);
     check.counts(spec, class, rank);
     // Pull secrets: the spec's, then the class's.
     for s in &class.image_pull_secrets {
@@ -197,7 +204,8 @@ pub fn apply(
             tinycode_extended: extended,
             runtime_class_name: tinycode.runtime_class_name.clone(),
             ollama_runtime_class_name: ollama.runtime_class_name.clone(),
-            egress: class.egress.clone(),
+            // The instance's own list, within the class's (checked above), or the class's.
+            egress: spec.egress.clone().or_else(|| class.egress.clone()),
         },
         idle: idle_settings(class.idle.as_ref(), &settings.idle),
         rollout_busy_deadline: rollout_busy_deadline(class.rollout.as_ref(), settings.rollout_busy_deadline),
@@ -212,7 +220,7 @@ fn without_class(spec: &TinycodeInstanceSpec, settings: &Settings) -> Applied {
     effective.resources = Some(spec.resources.clone().unwrap_or_default());
     Applied {
         spec: effective,
-        from_class: FromClass::default(),
+        from_class: FromClass { egress: spec.egress.clone(), ..FromClass::default() },
         idle: settings.idle.clone(),
         rollout_busy_deadline: settings.rollout_busy_deadline,
         warnings: Vec::new(),
@@ -356,19 +364,16 @@ impl Check {
     /// The class's egress list, read as its proxy will read it: admission
     /// checks its shape, not every rule of a host name (a label of at most
     /// 63 bytes), and a list the proxy refuses would leave the agent no way
-    /// out at all.
-    fn egress(&mut self, class: &TinycodeClassSpec) {
-        use crate::egress::policy::{CidrRule, HostRule, Policy, PolicyFile};
-        let Some(egress) = &class.egress else { return };
-        let ports = |p: &[i32]| p.iter().filter_map(|p| u16::try_from(*p).ok()).collect();
-        let file = PolicyFile {
-            hosts: egress.hosts.iter().map(|h| HostRule { host: h.host.clone(), ports: ports(&h.ports) }).collect(),
-            cidrs: egress.cidrs.iter().map(|c| CidrRule { cidr: c.cidr.clone(), ports: ports(&c.ports) }).collect(),
-            ..PolicyFile::default()
-        };
-        if let Err(e) = Policy::new(&file) {
-            let of = self.of.clone();
+    /// out at all. The instance's own list must stay within it.
+    fn egress(&mut self, spec: &TinycodeInstanceSpec, class: &TinycodeClassSpec) {
+        let of = self.of.clone();
+        if let Some(e) = class.egress.as_ref().and_then(egress::unreadable) {
             self.exceeds("spec.className", format!("{of} has an egress list its proxy cannot read (spec.egress.{e}); a cluster-admin must correct the class"));
+        }
+        if let (Some(own), Some(allowed)) = (&spec.egress, &class.egress) {
+            for (field, entry) in egress::beyond(own, allowed) {
+                self.exceeds(&field, format!("{entry} is beyond the egress {of} allows (its spec.egress); narrow it to hosts, ranges and ports the class lists, or drop it"));
+            }
         }
     }
 
@@ -644,5 +649,6 @@ pub fn rank<'a>(me: (&str, &str), others: impl Iterator<Item = (&'a str, &'a str
     others.filter(|o| (o.0, o.1) < me).count()
 }
 
+mod egress;
 #[cfg(test)]
 mod tests;

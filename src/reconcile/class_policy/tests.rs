@@ -441,3 +441,37 @@ fn a_class_egress_list_reaches_the_values_and_one_its_proxy_cannot_read_refuses(
         refused[0].message
     );
 }
+
+#[test]
+fn an_instance_narrows_its_class_egress_or_limits_itself() {
+    let class = found("locked", json!({"egress": {"hosts": [{"host": "*.example.com"}, {"host": "pypi.org"}]}}));
+    let own = json!({"hosts": [{"host": "git.example.com"}]});
+    let a = apply(&class, &spec(json!({"egress": own})), &Settings::default(), 0).unwrap();
+    let want: crate::api::EgressPolicy = serde_json::from_value(own).unwrap();
+    assert_eq!(a.from_class.egress.as_ref(), Some(&want), "the instance's narrower list is the one enforced");
+    let wider = json!({"egress": {"hosts": [{"host": "pypi.org"}, {"host": "evil.test"}, {"host": "pypi.org", "ports": [22]}]}});
+    let refused = apply(&class, &spec(wider), &Settings::default(), 0).unwrap_err();
+    let fields: Vec<&str> = refused.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["spec.egress.hosts[1]", "spec.egress.hosts[2]"]);
+    assert!(
+        refused[0].message.contains("evil.test") && refused[0].message.contains("locked"),
+        "{}",
+        refused[0].message
+    );
+    // No class egress, no class: the instance limits its own agent.
+    let a = apply(
+        &found("open", json!({})),
+        &spec(json!({"egress": {"hosts": [{"host": "pypi.org"}]}})),
+        &Settings::default(),
+        0,
+    );
+    assert!(a.unwrap().from_class.egress.is_some());
+    let a = apply(&Choice::None, &spec(json!({"egress": {}})), &Settings::default(), 0).unwrap();
+    assert_eq!(a.from_class.egress, Some(crate::api::EgressPolicy::default()), "an empty list: DNS alone");
+    let bad = json!({"egress": {"hosts": [{"host": format!("{}.com", "a".repeat(64))}]}});
+    assert_eq!(fields_of(apply(&Choice::None, &spec(bad), &Settings::default(), 0)), vec!["spec.egress"]);
+}
+
+fn fields_of(r: Result<Applied, Vec<Exceeds>>) -> Vec<String> {
+    fields(r)
+}

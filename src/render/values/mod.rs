@@ -113,7 +113,8 @@ pub struct FromClass {
     pub tinycode_extended: crate::api::ResourceLists,
     pub runtime_class_name: Option<String>,
     pub ollama_runtime_class_name: Option<String>,
-    /// Where the class's agents may connect (None: the default NetworkPolicy alone).
+    /// Where the agent may connect: the instance's own list (within its
+    /// class's), else its class's (None: the default NetworkPolicy alone).
     pub egress: Option<crate::api::EgressPolicy>,
 }
 

@@ -542,6 +542,33 @@ pub async fn a_class_egress_list_is_checked_and_gives_instances_a_proxy(env: &mu
         |n: &str| server.containers[0].env.iter().flatten().find(|e| e.name == n).and_then(|e| e.value.clone());
     ensure_eq(env_of("HTTPS_PROXY"), Some(format!("http://{proxy}:3128")), "the agent's HTTPS_PROXY")?;
 
+    // Alice narrows the list for her instance; a host beyond the class's is refused, nothing applied.
+    let instances = Api::<TinycodeInstance>::namespaced(alice.client.clone(), &ns);
+    let narrow = json!({"spec": {"egress": {"hosts": [{"host": "git.example.com"}]}}});
+    instances.patch("dev", &PatchParams::default(), &Patch::Merge(narrow)).await.ctx("narrow")?;
+    wait_for("the narrower list in the proxy's ConfigMap", WAIT, || async {
+        let cm = Api::<ConfigMap>::namespaced(admin.clone(), &ns).get(&proxy).await.ctx("the list")?;
+        let list: Value =
+            serde_json::from_str(cm.data.unwrap_or_default().get("policy.json").map(String::as_str).unwrap_or("{}"))
+                .ctx("policy.json")?;
+        Ok((list["hosts"].as_array().map(Vec::len) == Some(1)).then_some(()))
+    })
+    .await?;
+    let wider = json!({"spec": {"egress": {"hosts": [{"host": "git.example.com"}, {"host": "evil.test"}]}}});
+    instances.patch("dev", &PatchParams::default(), &Patch::Merge(wider)).await.ctx("widen")?;
+    let m = failed_with(&admin, &ns, "dev", "ExceedsPolicy").await?;
+    ensure(m.contains("spec.egress.hosts[1]") && m.contains("evil.test"), format!("the refusal names the entry: {m}"))?;
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), &ns).get(&proxy).await.ctx("the list")?;
+    ensure(
+        !cm.data.unwrap_or_default().get("policy.json").is_some_and(|p| p.contains("evil.test")),
+        "evil.test reached the list",
+    )?;
+    instances
+        .patch("dev", &PatchParams::default(), &Patch::Merge(json!({"spec": {"egress": null}})))
+        .await
+        .ctx("drop")?;
+    run_to_running(&admin, &ns, "dev").await?;
+
     // Without egress in the class: the proxy goes, the agent's egress opens again.
     Api::<TinycodeClass>::all(admin.clone())
         .patch(&class, &PatchParams::default(), &Patch::Merge(json!({"spec": {"egress": null}})))
