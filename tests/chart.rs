@@ -1018,10 +1018,11 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
             .map(|p| p["port"].clone())
             .collect()
     };
-    // The front: its public port, and the activity report for the operator alone.
+    // The front: its public port, the activity report for the operator alone,
+    // the gate's counters for the monitoring namespaces alone.
     let front_policy = find(&docs, "NetworkPolicy", "dev-tinycode-front");
     assert_eq!(front_policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "front");
-    assert_eq!(ports_of(front_policy), vec![json!(4180), json!(4097)]);
+    assert_eq!(ports_of(front_policy), vec![json!(4180), json!(4097), json!(4101)]);
     // The agent: tinycode and its activity report, for the front's pods only.
     let policy = find(&docs, "NetworkPolicy", "dev-tinycode");
     assert_eq!(ports_of(policy), vec![json!(4096), json!(4098)]);
@@ -1061,7 +1062,8 @@ fn oidc_mode_fronts_tinycode_with_the_proxy_and_the_gate() {
     assert_eq!(
         gate["ports"],
         json!([{"name": "front", "containerPort": 4180, "protocol": "TCP"},
-               {"name": "activity", "containerPort": 4097, "protocol": "TCP"}])
+               {"name": "activity", "containerPort": 4097, "protocol": "TCP"},
+               {"name": "gate-metrics", "containerPort": 4101, "protocol": "TCP"}])
     );
     assert!(args(gate).contains(&"--front-listen=0.0.0.0:4180".to_string()));
     assert!(args(gate).contains(&"--signin-upstream=http://127.0.0.1:4182".to_string()));
@@ -1353,4 +1355,29 @@ fn the_egress_proxy_reports_refusals_with_the_start_credential_alone() {
         d["spec"]["template"]["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "relay").unwrap();
     assert_eq!(relay["secret"]["secretName"], v.names.signin_secret);
     assert_eq!(relay["secret"]["items"], json!([{"key": "start-credential", "path": "start-credential"}]));
+}
+
+/// Sign-in fronts count their audit decisions on a port of the gate's that
+/// only the monitoring namespaces reach; password fronts have none.
+#[test]
+fn sign_in_gates_serve_their_counters_to_monitoring_alone() {
+    for mode in ["oidc", "openshift"] {
+        let (_, docs) = render_mode(mode);
+        let front = find(&docs, "Deployment", "dev-tinycode-front");
+        let gate = container(front, "gate");
+        assert!(gate["args"].as_array().unwrap().iter().any(|a| a == "--metrics-listen=0.0.0.0:4101"), "{mode}");
+        assert!(gate["ports"].as_array().unwrap().iter().any(|p| p["containerPort"] == 4101), "{mode}");
+        let np = find(&docs, "NetworkPolicy", "dev-tinycode-front");
+        let rule = np["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["ports"][0]["port"] == 4101)
+            .expect("a rule for 4101");
+        let from: Vec<&Value> = rule["from"].as_array().unwrap().iter().collect();
+        assert!(from.iter().all(|f| f["namespaceSelector"].to_string().contains("monitoring")), "{mode}: {from:?}");
+    }
+    let (_, docs) = render_mode("password");
+    let gate = container(find(&docs, "Deployment", "dev-tinycode-front"), "gate");
+    assert!(!gate["args"].as_array().unwrap().iter().any(|a| a.as_str().unwrap().starts_with("--metrics-listen")));
 }

@@ -93,6 +93,10 @@ pub struct GateArgs {
     /// (CONTAINER.md, "Activity"); unset: not served.
     #[arg(long)]
     pub activity_listen: Option<SocketAddr>,
+    /// Sign-in modes: address of the audit counters (`/metrics` and nothing
+    /// else, `tinycode_gate_events_total`); unset: not served.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
     /// The image's own activity report (http://127.0.0.1:port/activity),
     /// joined into the gate's; unset or unanswered: requests alone.
     #[arg(long)]
@@ -128,6 +132,7 @@ impl GateArgs {
             password_file: nonempty(&self.password_file),
             password_secret: self.password_secret.clone().filter(|s| !s.is_empty()),
             activity_listen: self.activity_listen,
+            metrics_listen: self.metrics_listen,
             activity_report: self.activity_report.clone().filter(|s| !s.is_empty()),
             front: self.front_listen.zip(self.signin_upstream.clone()),
         }

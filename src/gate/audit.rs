@@ -11,8 +11,9 @@
 //! tells them from log lines. Password mode knows no users and writes none.
 
 use std::io::Write;
+use std::sync::Arc;
 #[cfg(test)]
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -57,18 +58,57 @@ enum Sink {
 pub struct Audit {
     target: Target,
     sink: Sink,
+    counts: Counts,
+}
+
+/// The same decisions as bounded counters (`tinycode_gate_*`): by event and
+/// outcome alone, never by user, so a thousand users make no more series.
+pub struct Counts {
+    registry: prometheus_client::registry::Registry,
+    events: prometheus_client::metrics::family::Family<EventLabels, prometheus_client::metrics::counter::Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct EventLabels {
+    namespace: String,
+    instance: String,
+    /// `access` or `start`.
+    event: String,
+    /// As the audit line's `outcome`.
+    outcome: String,
+}
+
+impl Counts {
+    fn new() -> Self {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("tinycode_gate");
+        let events = prometheus_client::metrics::family::Family::default();
+        registry.register(
+            "events",
+            "Access decisions and starts the gate made, by outcome (its audit lines, counted)",
+            events.clone(),
+        );
+        Counts { registry, events }
+    }
 }
 
 impl Audit {
     /// Lines on standard output.
     pub fn stdout(target: Target) -> Self {
-        Audit { target, sink: Sink::Stdout }
+        Audit { target, sink: Sink::Stdout, counts: Counts::new() }
     }
 
     /// Lines into `buffer` (tests).
     #[cfg(test)]
     pub fn buffer(target: Target, buffer: Arc<Mutex<Vec<u8>>>) -> Self {
-        Audit { target, sink: Sink::Buffer(buffer) }
+        Audit { target, sink: Sink::Buffer(buffer), counts: Counts::new() }
+    }
+
+    /// The counters in the text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.counts.registry)
+            .expect("encoding to a String cannot fail");
+        out
     }
 
     /// A review of `subject` decided `decision`.
@@ -91,6 +131,13 @@ impl Audit {
     }
 
     fn write(&self, event: &str, subject: &Subject, outcome: &str) {
+        let labels = EventLabels {
+            namespace: self.target.namespace.clone(),
+            instance: self.target.instance.clone(),
+            event: event.into(),
+            outcome: outcome.into(),
+        };
+        self.counts.events.get_or_create(&labels).inc();
         let (user, groups) = match subject {
             Subject::User { name, groups } => (name.clone(), groups.clone()),
             // The token itself is never written.
@@ -120,6 +167,11 @@ impl Audit {
             Sink::Buffer(buffer) => buffer.lock().expect("lock").extend_from_slice(&bytes),
         }
     }
+}
+
+/// `/metrics` of `audit` and nothing else.
+pub fn metrics_router(audit: Arc<Audit>) -> axum::Router {
+    axum::Router::new().route("/metrics", axum::routing::get(move || async move { audit.encode() }))
 }
 
 /// The lines in `buffer`, parsed (tests).

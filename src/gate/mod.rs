@@ -369,14 +369,19 @@ pub struct Settings {
     /// Sign-in modes: the front's public port (`front.rs`), and the sign-in
     /// proxy's `http://host:port` it passes everything to.
     pub front: Option<(SocketAddr, String)>,
+    /// Sign-in modes: where the audit counters are served (`/metrics` only).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The service's password page, audit lines and the relay's routes (start,
 /// who used it), as `settings` ask.
-fn with_relay(service: GateService, settings: &Settings) -> Result<GateService, String> {
+fn with_relay(service: GateService, settings: &Settings) -> Result<(GateService, Option<Arc<audit::Audit>>), String> {
     let mut service = service.with_password_secret(settings.password_secret.clone());
+    let mut counted = None;
     if settings.mode != Mode::Password {
-        service = service.with_audit(Arc::new(audit::Audit::stdout(settings.target.clone())));
+        let audit = Arc::new(audit::Audit::stdout(settings.target.clone()));
+        service = service.with_audit(audit.clone());
+        counted = Some(audit);
     }
     if let Some(url) = &settings.start_url {
         service = service.with_waker(wake::Waker::new(url, &settings.start_credential_file)?);
@@ -390,7 +395,7 @@ fn with_relay(service: GateService, settings: &Settings) -> Result<GateService, 
             service = service.with_reporter(Arc::new(used::Reporter::new(url, &settings.start_credential_file)?));
         }
     }
-    Ok(service)
+    Ok((service, counted))
 }
 
 /// The front's listener and service, when `settings` ask for one (the sign-in modes).
@@ -451,11 +456,15 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     };
     let upstream = Upstream::new(&settings.upstream, password)?;
     let tracker = Arc::new(activity::Tracker::new(settings.activity_report.clone()));
-    let service = with_relay(
+    let (service, audit) = with_relay(
         GateService::new(gate, upstream, settings.target.clone(), settings.agent, tracker.clone()),
         &settings,
     )?;
     let service = Arc::new(service);
+    if let (Some(addr), Some(audit)) = (settings.metrics_listen, audit) {
+        let l = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        tokio::spawn(async move { axum::serve(l, audit::metrics_router(audit)).await });
+    }
     let listener =
         TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let front = bind_front(&settings).await?;

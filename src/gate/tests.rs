@@ -296,7 +296,7 @@ async fn each_decision_and_each_start_is_one_audit_line() {
     let target = Target { namespace: "team-a".into(), instance: "ide".into() };
     let audit = Arc::new(audit::Audit::buffer(target, buffer.clone()));
     let gate = Gate::new(Mode::Oidc, Prefixes::default(), Fake::new(&["alice"]), Duration::from_secs(30));
-    let addr = idle_front_audited(gate, nowhere, relay_addr, dir.path(), Some(audit)).await;
+    let addr = idle_front_audited(gate, nowhere, relay_addr, dir.path(), Some(audit.clone())).await;
     let alice = [("X-Forwarded-User", "alice"), ("X-Forwarded-Groups", "dev,ops"), ("Accept", "text/html")];
     for _ in 0..3 {
         assert!(get(addr, "/", &alice).await.contains("is starting"));
@@ -323,6 +323,19 @@ async fn each_decision_and_each_start_is_one_audit_line() {
         );
         assert!(line.time.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{line:?}");
     }
+    // The same, counted by event and outcome (no user in any label), on the metrics port.
+    let metrics = audit::metrics_router(audit);
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, metrics).await });
+    let scraped = get(metrics_addr, "/metrics", &[]).await;
+    for (event, outcome) in [("access", "allowed"), ("start", "starting"), ("access", "forbidden")] {
+        let series = format!(
+            "tinycode_gate_events_total{{namespace=\"team-a\",instance=\"ide\",event=\"{event}\",outcome=\"{outcome}\"}} 1"
+        );
+        assert!(scraped.contains(&series), "{series} in {scraped}");
+    }
+    assert!(!scraped.contains("alice") && !scraped.contains("carol"), "a user in a label: {scraped}");
 }
 
 /// openshift: the user's token decides, and is never written; the line

@@ -32,6 +32,8 @@ pub const TINYCODE_PORT: u16 = 4096;
 /// Where the gate serves the activity report the operator reads (the
 /// Service's `activity` port).
 pub const ACTIVITY_LISTEN: &str = "0.0.0.0:4097";
+/// Where a sign-in front's gate serves its audit counters (the monitoring namespaces reach it).
+pub const GATE_METRICS_LISTEN: &str = "0.0.0.0:4101";
 /// The image's own activity port in a sign-in instance (TINYCODE_ACTIVITY_PORT
 /// 4098, as the gate holds 4097), behind the agent's Service.
 pub const IMAGE_ACTIVITY_PORT: u16 = 4098;
@@ -300,6 +302,10 @@ pub fn gate_args(
         arg("activity-listen", ACTIVITY_LISTEN),
         arg("activity-report", &format!("{}/activity", agent_url(namespace, name, IMAGE_ACTIVITY_PORT))),
     ]);
+    // The sign-in modes count their audit lines (users named, so decisions made).
+    if mode.signs_in() {
+        args.push(arg("metrics-listen", GATE_METRICS_LISTEN));
+    }
     if let (AuthMode::Oidc, Some(oidc)) = (mode, &signin.oidc) {
         args.push(arg("username-prefix", &oidc.username_prefix));
         args.push(arg("groups-prefix", &oidc.groups_prefix));

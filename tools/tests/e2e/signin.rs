@@ -408,6 +408,7 @@ async fn signed_in(
 
     let (tinycode_port, seen, standin) = standin_tinycode().await?;
     let (gate_port, proxy_port, front_port) = (free_port()?, free_port()?, free_port()?);
+    let metrics_port = free_port()?;
     // The sign-in front: its own Deployment, reaching tinycode by the agent's Service.
     let deployment =
         Api::<Deployment>::namespaced(admin.clone(), &ns).get(&naming::front("dev")).await.ctx("front deployment")?;
@@ -423,6 +424,7 @@ async fn signed_in(
             (&format!("{agent}:4096"), format!("http://127.0.0.1:{tinycode_port}")),
             ("/var/run/secrets/tinycode/gate", gate_dir.display().to_string()),
             ("0.0.0.0:4097", format!("127.0.0.1:{activity_port}")),
+            ("0.0.0.0:4101", format!("127.0.0.1:{metrics_port}")),
             // An image without an activity report (nothing listens there):
             // the gate judges by the requests it lets through alone.
             (&format!("{agent}:4098/activity"), format!("http://127.0.0.1:{}/activity", free_port()?)),
@@ -515,6 +517,22 @@ async fn signed_in(
         })
         .await?;
         ensure(last.at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), format!("lastUsedBy.at {}", last.at))?;
+        // The gate's audit counters: alice's decision, counted, no user named.
+        let scraped = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .ctx("client")?
+            .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+            .send()
+            .await
+            .ctx("scrape the gate")?
+            .text()
+            .await
+            .ctx("the gate's counters")?;
+        let allowed = format!(
+            "tinycode_gate_events_total{{namespace=\"{ns}\",instance=\"dev\",event=\"access\",outcome=\"allowed\"}}"
+        );
+        ensure(scraped.contains(&allowed) && !scraped.contains("alice"), format!("the gate's counters: {scraped}"))?;
         let basic = format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD
