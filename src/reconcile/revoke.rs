@@ -191,6 +191,8 @@ struct Ran {
     git: bool,
     replicas: i32,
     env_secrets: bool,
+    /// The container reaches out through an egress proxy (HTTPS_PROXY set).
+    proxied: bool,
 }
 
 fn running_of(d: Option<&Deployment>, container: &str) -> Option<Ran> {
@@ -211,8 +213,9 @@ fn running_of(d: Option<&Deployment>, container: &str) -> Option<Ran> {
     let env_secrets = main.env.iter().flatten().any(|e| {
         !e.name.starts_with(CHART_ENV_PREFIX) && e.value_from.as_ref().is_some_and(|v| v.secret_key_ref.is_some())
     });
+    let proxied = main.env.iter().flatten().any(|e| e.name == "HTTPS_PROXY");
     let (image, replicas) = (main.image.clone().unwrap_or_default(), d.spec.replicas.unwrap_or(1));
-    Some(Ran { image, lists, git, replicas, env_secrets })
+    Some(Ran { image, lists, git, replicas, env_secrets, proxied })
 }
 
 /// The prefix of the chart's own variables in the tinycode container.
@@ -274,10 +277,13 @@ async fn held(ctx: &Context, inst: &TinycodeInstance) -> Result<Held, Error> {
             git: ran.git,
             replicas: ran.replicas,
             env_secrets: ran.env_secrets,
+            open_egress: !ran.proxied,
             ..running
         };
     }
-    running.ollama = running_of(ollama.as_deref(), "ollama").map(|ran| ran.lists);
+    let ollama = running_of(ollama.as_deref(), "ollama");
+    running.ollama_open_egress = ollama.as_ref().is_some_and(|ran| !ran.proxied);
+    running.ollama = ollama.map(|ran| ran.lists);
     Ok(Held {
         running,
         cluster_role,

@@ -540,6 +540,10 @@ pub struct Running {
     pub env_secrets: bool,
     /// The bundled Ollama runs, with these resources.
     pub ollama: Option<ResourceLists>,
+    /// The tinycode container runs without an egress proxy (no HTTPS_PROXY).
+    pub open_egress: bool,
+    /// The bundled Ollama runs without an egress proxy.
+    pub ollama_open_egress: bool,
 }
 
 /// A part of what runs that its class no longer permits.
@@ -586,6 +590,9 @@ pub fn beyond_class(name: &str, class: &TinycodeClassSpec, running: &Running) ->
         if running.git && !permits(Some(class), Mode::Git) {
             push(false, Mode::Git.field(), format!("{of} no longer permits the git mode (permittedModes)"));
         }
+        if running.open_egress && class.egress.is_some() {
+            push(false, "spec.className", format!("the agent runs without an egress proxy, and {of} limits egress"));
+        }
         let mut exceeds = |field: &str, message: String| push(false, field, message);
         cap(
             "spec.resources",
@@ -596,6 +603,9 @@ pub fn beyond_class(name: &str, class: &TinycodeClassSpec, running: &Running) ->
         );
     }
     if let Some(lists) = &running.ollama {
+        if running.ollama_open_egress && class.egress.is_some() {
+            push(true, "spec.className", format!("Ollama runs without an egress proxy, and {of} limits egress"));
+        }
         if !permits(Some(class), Mode::Ollama) {
             push(true, Mode::Ollama.field(), format!("{of} no longer permits the ollama mode (permittedModes)"));
         } else {

@@ -349,6 +349,7 @@ fn a_stricter_class_stops_what_runs_beyond_it() {
         replicas: 1,
         env_secrets: false,
         ollama: Some(lists("2", "4Gi")),
+        ..Running::default()
     };
     let held = Held { workload_running: true, running: running.clone(), ..Held::default() };
     // A class that allows all of it: nothing stops.
@@ -474,4 +475,20 @@ fn an_instance_narrows_its_class_egress_or_limits_itself() {
 
 fn fields_of(r: Result<Applied, Vec<Exceeds>>) -> Vec<String> {
     fields(r)
+}
+
+#[test]
+fn an_agent_running_without_its_proxy_is_beyond_a_class_that_limits_egress() {
+    let class: TinycodeClassSpec =
+        serde_json::from_value(json!({"egress": {"hosts": [{"host": "pypi.org"}]}})).unwrap();
+    let open = Running { image: Some(DEFAULT_IMAGE.into()), replicas: 1, open_egress: true, ..Running::default() };
+    let beyond = beyond_class("locked", &class, &open);
+    assert_eq!(beyond.len(), 1, "{beyond:?}");
+    assert!(!beyond[0].ollama && beyond[0].exceeds.message.contains("egress"), "{beyond:?}");
+    let proxied = Running { open_egress: false, ..open.clone() };
+    assert!(beyond_class("locked", &class, &proxied).is_empty());
+    assert!(beyond_class("open", &TinycodeClassSpec::default(), &open).is_empty(), "a class without egress");
+    let ollama = Running { ollama: Some(ResourceLists::default()), ollama_open_egress: true, ..proxied };
+    let beyond = beyond_class("locked", &class, &ollama);
+    assert_eq!(beyond.iter().map(|b| b.ollama).collect::<Vec<_>>(), vec![true], "Ollama's workload alone");
 }
