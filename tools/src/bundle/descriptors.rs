@@ -198,6 +198,12 @@ pub(super) const SPEC_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
         &["urn:alm:descriptor:com.tectonic.ui:advanced"],
     ),
     (
+        "egress",
+        "Egress",
+        "Hosts and ranges the agent may reach, through its egress proxy (within its class's list, if it has one)",
+        &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+    ),
+    (
         "ingress.tlsSecretName",
         "Ingress TLS Secret",
         "On Kubernetes: Secret with the certificate the Ingress serves (the ingress controller's default when unset)",
@@ -308,6 +314,12 @@ pub(super) const CLASS_SPEC_DESCRIPTORS: &[(&str, &str, &str, &[&str])] = &[
         "Largest Workspace Volume",
         "Most spec.storage.projectsSize an instance may ask for",
         &["urn:alm:descriptor:com.tectonic.ui:text"],
+    ),
+    (
+        "egress",
+        "Egress",
+        "Hosts and ranges the class's agents may reach, through each instance's egress proxy (unset: anywhere but metadata addresses)",
+        &["urn:alm:descriptor:com.tectonic.ui:advanced"],
     ),
     (
         "namespaceSelector",

@@ -584,6 +584,26 @@ pub async fn a_class_egress_list_is_checked_and_gives_instances_a_proxy(env: &mu
         open[0]["to"].as_array().is_some_and(|t| t.iter().any(|t| t["ipBlock"]["cidr"] == "0.0.0.0/0")),
         format!("{open}"),
     )?;
+
+    // Attack: alice suspends the instance (no rendering touches it), then the
+    // class limits egress again. Her agent runs without a proxy, beyond the
+    // class: it is stopped at once, suspended or not.
+    run_to_running(&admin, &ns, "dev").await?;
+    instances
+        .patch("dev", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}})))
+        .await
+        .ctx("suspend")?;
+    wait_phase(&admin, &ns, "dev", "Suspended").await?;
+    Api::<TinycodeClass>::all(admin.clone())
+        .patch(&class, &PatchParams::default(), &Patch::Merge(json!({"spec": {"egress": egress}})))
+        .await
+        .ctx("the class limits egress again")?;
+    wait_for("the agent without a proxy stopped", WAIT, || async {
+        let d = deployments.get(&naming::fullname("dev")).await.ctx("deployment")?;
+        Ok((d.spec.replicas == Some(0)).then_some(()))
+    })
+    .await?;
+    ensure(deployments.get_opt(&proxy).await.ctx("get")?.is_none(), "a suspended instance got a rendering")?;
     delete_and_wait_gone(&alice.client, &ns, "dev").await?;
     Api::<TinycodeClass>::all(admin.clone()).delete(&class, &DeleteParams::default()).await.ctx("delete the class")?;
     Ok(())
