@@ -26,6 +26,10 @@
 # `chartRef`. The instances' Deployments are made Running by `tinycode-local
 # simulate` on both sides, so the apiserver carries the same extra load.
 #
+# Flux's controllers run as ServiceAccounts of flux-system bound to
+# cluster-admin (as Flux's own install grants them), so the local control
+# plane's audit policy logs their requests as it logs the operator's.
+#
 # Figures per side: seconds from the apply of N objects until N releases are
 # deployed (the operator: its helm install metric; Flux: HelmReleases Ready,
 # from one watch); CPU seconds of each process over that time (the operator
@@ -186,6 +190,24 @@ watch_ready() {
 	EOF
 }
 
+# flux_kubeconfig NAME: a ServiceAccount NAME of flux-system bound to
+# cluster-admin, and the path of a kubeconfig holding a token of it.
+flux_kubeconfig() {
+	local name=$1 out=$STATE/$1.kubeconfig token
+	"$K" create namespace flux-system --dry-run=client -o yaml | "$K" apply -f - >/dev/null
+	"$K" create serviceaccount "$name" -n flux-system --dry-run=client -o yaml | "$K" apply -f - >/dev/null
+	"$K" create clusterrolebinding "flux-$name" --clusterrole=cluster-admin --serviceaccount="flux-system:$name" \
+		--dry-run=client -o yaml | "$K" apply -f - >/dev/null
+	token=$("$K" create token "$name" -n flux-system --duration=24h)
+	"$K" config view --raw --minify --flatten -o json | python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+c["users"] = [{"name": "flux", "user": {"token": sys.argv[1]}}]
+c["contexts"][0]["context"]["user"] = "flux"
+json.dump(c, open(sys.argv[2], "w"))' "$token" "$out"
+	printf '%s\n' "$out"
+}
+
 run_flux() {
 	local run=$1 side=$2 qps=() ns=bench-flux-$$ hc sc t0 done_at hc_pid sc_pid peak=0 kb
 	[[ $side == flux-qps ]] && qps=(--kube-api-qps=500 --kube-api-burst=1000)
@@ -195,6 +217,9 @@ run_flux() {
 	cargo build --quiet --release --workspace --bins
 	"$ROOT/target/release/tinycode-local" setup --namespace "$ns" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
 	"$K" apply --server-side -f "$(dirname "$hc")/crds" -f "$(dirname "$sc")/crds" >/dev/null
+	local hc_kcfg sc_kcfg
+	hc_kcfg=$(flux_kubeconfig helm-controller)
+	sc_kcfg=$(flux_kubeconfig source-controller)
 	"$K" wait --for condition=established --timeout=60s crd --all >/dev/null
 
 	rm -rf "$STATE/repo" "$STATE/storage"
@@ -204,12 +229,12 @@ run_flux() {
 	python3 -m http.server --bind 127.0.0.1 --directory "$STATE/repo" "$REPO_PORT" >/dev/null 2>&1 &
 	pids+=($!)
 
-	KUBECONFIG=$(hack/local-cluster.sh kubeconfig) "$sc" --enable-leader-election=false --watch-all-namespaces \
+	KUBECONFIG=$sc_kcfg "$sc" --enable-leader-election=false --watch-all-namespaces \
 		--storage-path="$STATE/storage" --storage-addr="127.0.0.1:$STORAGE_PORT" --storage-adv-addr="127.0.0.1:$STORAGE_PORT" \
 		--metrics-addr="$SC_METRICS" --health-addr="$SC_HEALTH" --events-addr= "${qps[@]}" >"$STATE/$side-source.log" 2>&1 &
 	sc_pid=$!
 	pids+=("$sc_pid")
-	KUBECONFIG=$(hack/local-cluster.sh kubeconfig) "$hc" --enable-leader-election=false --watch-all-namespaces \
+	KUBECONFIG=$hc_kcfg "$hc" --enable-leader-election=false --watch-all-namespaces \
 		--concurrent=10 --metrics-addr="$HC_METRICS" --health-addr="$HC_HEALTH" --events-addr= "${qps[@]}" >"$STATE/$side-helm.log" 2>&1 &
 	hc_pid=$!
 	pids+=("$hc_pid")

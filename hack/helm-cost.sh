@@ -34,6 +34,15 @@
 #   lang-fr         LC_MESSAGES=fr_FR.UTF-8: the kubectl message catalog helm
 #                   loads at start-up is 6 KB instead of 350 KB
 #   shm-home        HOME (and the discovery cache in it) on tmpfs (/dev/shm)
+#   kubectl-proxy   helm reaches the apiserver through `kubectl proxy` on
+#                   loopback (plain HTTP to it, its kept TLS connections on)
+#   api-proxy       helm reaches the apiserver through the operator's own
+#                   loopback listener (src/helm/api_proxy.rs, run alone by
+#                   examples/helm_api_proxy.rs): kept TLS connections,
+#                   discovery answered from a copy, /apis with only the
+#                   chart's groups
+#   api-proxy-all   the same with every group in /apis
+# A proxy's CPU per run is its own column (with api-proxy it is the operator's).
 # src/helm/mod.rs now runs what `no-openapi+no-schema+gogc+lang-fr` measures,
 # with its home on the memory-backed /tmp of config/manager/manager.yaml
 # (`shm-home`).
@@ -65,6 +74,8 @@ die() { printf 'helm-cost: ERROR: %s\n' "$*" >&2; exit 1; }
 STATE=$(mktemp -d /tmp/tinycode-helmcost.XXXXXX)
 SHM=$(mktemp -d /dev/shm/tinycode-helmcost.XXXXXX)
 finish() {
+	local pid
+	for pid in ${KPROXY_PID:-} ${APROXY_PID:-} ${APROXY_ALL_PID:-}; do kill "$pid" 2>/dev/null || true; done
 	rm -rf -- "$STATE" "$SHM"
 	if [[ ${HELM_COST_KEEP:-0} != 1 ]]; then "$ROOT/hack/local-cluster.sh" stop >/dev/null 2>&1 || true; fi
 }
@@ -132,14 +143,54 @@ write_values() { # FILE NAME NAMESPACE
 EOF
 }
 
+PROXY_PID='' KPROXY_PID='' APROXY_PID='' APROXY_ALL_PID=''
+PROXY_PORT=${HELM_COST_PROXY_PORT:-18011}
+# kubectl proxy on loopback, started once, and a kubeconfig that reaches it.
+start_kubectl_proxy() {
+	"$K" proxy --address=127.0.0.1 --port="$PROXY_PORT" >"$STATE/proxy.log" 2>&1 &
+	KPROXY_PID=$!
+	local i
+	for i in $(seq 1 50); do
+		if curl -fsS "http://127.0.0.1:$PROXY_PORT/version" >/dev/null 2>&1; then break; fi
+		sleep 0.1
+	done
+	cat >"$STATE/proxy-kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: p, cluster: {server: "http://127.0.0.1:$PROXY_PORT"}}]
+users: [{name: p, user: {}}]
+contexts: [{name: p, context: {cluster: p, user: p}}]
+current-context: p
+EOF
+}
+proxy_ticks() { if [[ -n $PROXY_PID ]]; then ticks "$PROXY_PID"; else echo 0; fi; }
+# The operator's listener, built and started once; it writes its kubeconfig
+# to $STATE/NAME-kubeconfig and its PID to APROXY_PID. start_api_proxy NAME [CHART]
+start_api_proxy() {
+	local name=$1 i
+	shift
+	(cd "$ROOT" && cargo build --release --example helm_api_proxy >&2)
+	KUBECONFIG=$KCFG "$ROOT/target/release/examples/helm_api_proxy" "$STATE/$name-kubeconfig" "$@" 2>"$STATE/$name.log" &
+	APROXY_PID=$!
+	for i in $(seq 1 50); do
+		if [[ -s $STATE/$name-kubeconfig ]]; then return 0; fi
+		sleep 0.1
+	done
+	die "the api proxy did not start: $(cat "$STATE/$name.log")"
+}
+if [[ $CONFIGS == *kubectl-proxy* ]]; then start_kubectl_proxy; fi
+if [[ " ${CONFIGS//+/ } " == *" api-proxy-all "* ]]; then start_api_proxy api-proxy-all && APROXY_ALL_PID=$APROXY_PID; fi
+if [[ " ${CONFIGS//+/ } " == *" api-proxy "* ]]; then start_api_proxy api-proxy "$CHART_DIR"; fi
+
 CFG_FLAGS=()
 CFG_ENV=()
 CFG_FRESH_HOME=0
 CFG_SHM=0
+CFG_KCFG=$KCFG
 CFG_CHART=$CHART_DIR
 configure() {
 	local part
-	CFG_FLAGS=() CFG_ENV=() CFG_FRESH_HOME=0 CFG_SHM=0 CFG_CHART=$CHART_DIR CFG_HISTORY=5 CFG_OUTPUT=(--output json)
+	PROXY_PID='' CFG_FLAGS=() CFG_ENV=() CFG_FRESH_HOME=0 CFG_SHM=0 CFG_KCFG=$KCFG CFG_CHART=$CHART_DIR CFG_HISTORY=5 CFG_OUTPUT=(--output json)
 	for part in ${1//+/ }; do
 		case $part in
 		baseline) ;;
@@ -159,6 +210,9 @@ configure() {
 		no-schema-file) CFG_CHART=$STATE/no-schema-chart ;;
 		lang-fr) CFG_ENV+=(LC_MESSAGES=fr_FR.UTF-8) ;;
 		shm-home) CFG_SHM=1 ;;
+		kubectl-proxy) CFG_KCFG=$STATE/proxy-kubeconfig PROXY_PID=$KPROXY_PID ;;
+		api-proxy) CFG_KCFG=$STATE/api-proxy-kubeconfig PROXY_PID=$APROXY_PID ;;
+		api-proxy-all) CFG_KCFG=$STATE/api-proxy-all-kubeconfig PROXY_PID=$APROXY_ALL_PID ;;
 		*) die "unknown config part '$part' in '$1'" ;;
 		esac
 	done
@@ -169,7 +223,7 @@ configure() {
 helm_run() { # HOME RELEASE VALUES TIMEFILE [EXTRA...]
 	local home=$1 release=$2 values=$3 timefile=$4
 	shift 4
-	env -i PATH="$PATH" KUBECONFIG="$KCFG" TMPDIR="$home" HOME="$home" \
+	env -i PATH="$PATH" KUBECONFIG="$CFG_KCFG" TMPDIR="$home" HOME="$home" \
 		HELM_CACHE_HOME="$home/cache" HELM_CONFIG_HOME="$home/config" HELM_DATA_HOME="$home/data" \
 		"${CFG_ENV[@]+"${CFG_ENV[@]}"}" \
 		/usr/bin/time -f '%e %U %S %M' -o "$timefile" \
@@ -194,7 +248,7 @@ delta "$STATE/s0" "$STATE/s1" >"$STATE/overhead"
 OVERHEAD=$STATE/overhead
 log "scrape overhead: $(tr '\n' ' ' <"$OVERHEAD")"
 
-RUNS=$STATE/runs.tsv # config rep phase i wall cpu rss_kb requests api_ms etcd_ms
+RUNS=$STATE/runs.tsv # config rep phase i wall cpu rss_kb requests api_ms etcd_ms proxy_ms
 : >"$RUNS"
 mkdir -p "$STATE/req"
 for rep in $(seq 1 "$REPS"); do
@@ -218,20 +272,20 @@ for rep in $(seq 1 "$REPS"); do
 				name="i$i"
 				values=$home/values-$i.json
 				write_values "$values" "$name" "$ns"
-				a0=$(ticks "$API_PID") e0=$(ticks "$ETCD_PID")
+				a0=$(ticks "$API_PID") e0=$(ticks "$ETCD_PID") p0=$(proxy_ticks)
 				if ! helm_run "$home" "tinycode.$ns.$name" "$values" "$STATE/time" >"$STATE/out" 2>"$STATE/err"; then
 					cat "$STATE/err" >&2
 					die "helm failed ($cfg, $phase, $name)"
 				fi
-				a1=$(ticks "$API_PID") e1=$(ticks "$ETCD_PID")
+				a1=$(ticks "$API_PID") e1=$(ticks "$ETCD_PID") p1=$(proxy_ticks)
 				scrape >"$STATE/after"
 				delta "$STATE/before" "$STATE/after" >"$STATE/req/$cfg.$rep.$phase.$i"
 				mv "$STATE/after" "$STATE/before"
 				read -r wall user sys rss <"$STATE/time"
 				reqs=$(awk '{ s += $2 } END { print s + 0 }' "$STATE/req/$cfg.$rep.$phase.$i")
-				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$phase" "$i" "$wall" \
+				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$phase" "$i" "$wall" \
 					"$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" "$rss" "$reqs" \
-					"$(((a1 - a0) * 1000 / TICKS))" "$(((e1 - e0) * 1000 / TICKS))" >>"$RUNS"
+					"$(((a1 - a0) * 1000 / TICKS))" "$(((e1 - e0) * 1000 / TICKS))" "$(((p1 - p0) * 1000 / TICKS))" >>"$RUNS"
 				if ((CFG_FRESH_HOME)); then rm -rf -- "$home"; fi
 			done
 		done
@@ -241,11 +295,11 @@ for rep in $(seq 1 "$REPS"); do
 done
 
 printf '\nPer helm run, %s runs per config and phase (%s reps x %s): median [min..max] (mean)\n' "$((REPS * N))" "$REPS" "$N"
-printf '%-28s %-8s %-24s %-24s %-18s %-18s %-18s %-16s\n' config phase "helm cpu s" "wall s" "rss MiB" "api requests" "apiserver cpu ms" "etcd cpu ms"
+printf '%-28s %-8s %-24s %-24s %-18s %-18s %-18s %-18s %-16s\n' config phase "helm cpu s" "wall s" "rss MiB" "api requests" "apiserver cpu ms" "etcd cpu ms" "proxy cpu ms"
 for cfg in $CONFIGS; do
 	for phase in install upgrade; do
 		line="$(printf '%-28s %-8s' "$cfg" "$phase")"
-		for col in 6 5 7 8 9 10; do
+		for col in 6 5 7 8 9 10 11; do
 			stat=$(awk -F'\t' -v c="$cfg" -v p="$phase" -v k="$col" '$1 == c && $3 == p { print $k }' "$RUNS" | sort -g |
 				awk -v k="$col" '{ v[NR] = $1; s += $1 } END {
 					m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2

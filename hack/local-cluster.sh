@@ -587,7 +587,7 @@ write_audit_policy() {
 	omitStages: ["RequestReceived", "ResponseStarted"]
 	rules:
 	  - level: Metadata
-	    userGroups: ["system:serviceaccounts:tinycode-operator-system"]
+	    userGroups: ["system:serviceaccounts:tinycode-operator-system", "system:serviceaccounts:flux-system"]
 	  - level: None
 	EOF
 }
@@ -605,8 +605,10 @@ start_apiserver() {
 	# --enable-priority-and-fairness=false: less memory and goroutines.
 	# --profiling: off unless TINYCODE_APISERVER_PROFILING=true (where the
 	#   apiserver's CPU goes, for the benchmark: /debug/pprof/profile).
-	# --audit-*: the requests of the operator's ServiceAccount (and only
-	#   those), one JSON line each, so tests can count what the operator asks.
+	# --audit-*: the requests of the operator's ServiceAccount, one JSON line
+	#   each, so tests can count what the operator asks (and those of Flux's
+	#   controllers, which hack/bench-flux.sh runs as ServiceAccounts of
+	#   flux-system, so both sides of the bench carry the same audit cost).
 	write_audit_policy
 	setsid "$KUBE_APISERVER_BIN" \
 		--advertise-address="$LOOPBACK" \

@@ -48,6 +48,8 @@ pub struct Settings {
     pub helm_bin: PathBuf,
     pub chart_path: PathBuf,
     pub helm_timeout: Duration,
+    /// helm without the operator's loopback listener (`crate::helm::api_proxy`).
+    pub helm_direct: bool,
     /// How long an instance's rollout may make no progress before its
     /// Deployments say so and the instance is Stalled (their
     /// `progressDeadlineSeconds`).
@@ -225,6 +227,7 @@ impl Default for Settings {
             helm_bin: "helm".into(),
             chart_path: "helm-charts/tinycode".into(),
             helm_timeout: Duration::from_secs(120),
+            helm_direct: false,
             progress_deadline: Duration::from_secs(DEFAULT_PROGRESS_DEADLINE_SECONDS),
             chart_digest: String::new(),
             max_retries: 5,

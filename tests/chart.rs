@@ -1196,7 +1196,8 @@ fn openshift_proxy_arguments_are_flags_oauth_proxy_defines() {
 /// The copy of the chart the operator installs (`helm::installed_copy`, without
 /// the schema and `ci/`) renders exactly what the chart renders, for the
 /// values of every scenario in `ci/`: leaving those files out of the release
-/// records changes no object.
+/// records changes no object. Every object is of an API group the templates
+/// name, the groups the operator's `/apis` shows helm.
 #[test]
 fn the_installed_copy_renders_what_the_chart_renders() {
     let chart = root().join("helm-charts/tinycode");
@@ -1216,12 +1217,24 @@ fn the_installed_copy_renders_what_the_chart_renders() {
         assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
+    // What helm is told of the cluster's API groups (the operator's /apis).
+    let groups = tinycode_operator::helm::api_proxy::chart_api_groups(&copy).unwrap();
+    assert!(groups.contains("apps") && !groups.contains("batch"), "{groups:?}");
     let mut scenarios = 0;
     for entry in std::fs::read_dir(chart.join("ci")).unwrap() {
         let values = entry.unwrap().path();
         let rendered = template(&chart, &values);
         assert!(rendered.contains("kind: Deployment"), "{}", values.display());
         assert_eq!(rendered, template(&copy, &values), "{}", values.display());
+        for doc in serde_saphyr::from_multiple::<Value>(&rendered).expect("YAML") {
+            let Some((group, _)) = doc["apiVersion"].as_str().and_then(|v| v.split_once('/')) else { continue };
+            assert!(
+                groups.contains(group),
+                "{}: a {} of API group {group}, which the /apis helm is shown leaves out (helm::api_proxy::chart_api_groups)",
+                values.display(),
+                doc["kind"]
+            );
+        }
         scenarios += 1;
     }
     assert!(scenarios >= 5, "the scenarios of ci/: {scenarios}");

@@ -203,6 +203,11 @@ pub struct SettingsArgs {
     /// Longest a helm run may take.
     #[arg(long, global = true, env = "TINYCODE_HELM_TIMEOUT_SECONDS", default_value_t = 120)]
     pub helm_timeout_seconds: u64,
+    /// helm reaches the apiserver by itself (its own TLS connection and
+    /// discovery per run) instead of through the operator's loopback
+    /// listener: the A side of the bench's comparison.
+    #[arg(long, global = true, env = "TINYCODE_HELM_DIRECT")]
+    pub helm_direct: bool,
     /// How long an instance's rollout may make no progress (a pod that never
     /// becomes Ready) before the instance is Stalled: its Deployments'
     /// progressDeadlineSeconds.
@@ -566,6 +571,7 @@ impl SettingsArgs {
             helm_bin: self.helm_bin.clone(),
             chart_path: self.chart_path.clone(),
             helm_timeout: Duration::from_secs(self.helm_timeout_seconds),
+            helm_direct: self.helm_direct,
             progress_deadline: Duration::from_secs(self.progress_deadline_seconds),
             // A missing chart fails at the first helm run with a clear message.
             chart_digest: crate::helm::digest::chart_digest(&self.chart_path).unwrap_or_default(),

@@ -174,6 +174,16 @@ async fn start_helm(
         Helm::new(settings.helm_bin.clone(), settings.chart_path.clone(), settings.helm_timeout, stop, metrics.clone())
             .map_err(|e| fail(1, "cannot create helm's working directory", e))?
             .with_record_lookup(client.clone());
+    let helm = if settings.helm_direct {
+        helm
+    } else {
+        let groups = crate::helm::api_proxy::chart_api_groups(&settings.chart_path)
+            .map_err(|e| fail(1, "cannot read the chart's templates", e))?;
+        let proxy = crate::helm::api_proxy::ApiProxy::start(client.clone(), Some(groups))
+            .await
+            .map_err(|e| fail(1, "cannot listen on loopback for helm's requests", e))?;
+        helm.through(&proxy).map_err(|e| fail(1, "cannot write helm's kubeconfig", e))?
+    };
     let printed = helm.version().await.map_err(|e| fail(1, "cannot ask helm its version; set HELM_BIN", e))?;
     let helm_version = crate::helm::version::check(&settings.helm_bin.display().to_string(), &printed)
         .map_err(|e| fail(1, "helm is a version the operator cannot run", e))?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::uri::{Authority, PathAndQuery, Scheme};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, Version, header};
+use axum::http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version, header};
 use base64::Engine;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -26,34 +26,7 @@ pub const PASSWORD_REREAD: Duration = Duration::from_secs(60);
 /// Time to connect to the tinycode server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Headers that describe one connection, not the message (RFC 9110 7.6.1),
-/// and so are never passed on.
-const HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
-/// Removes the hop-by-hop headers: the fixed ones and every header the
-/// Connection header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
-    }
-}
+pub use crate::ops::http_server::strip_hop_by_hop;
 
 /// The protocol a message asks to switch to: its Upgrade header, when its
 /// Connection header has the `upgrade` option.
@@ -296,6 +269,7 @@ pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use axum::http::HeaderName;
 
     /// Headers from (name, value) pairs, repeats kept.
     pub(in crate::gate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

@@ -17,6 +17,7 @@
 //! this process left behind is told from one another replica may still be
 //! writing ([`crate::helm::release::may_discard_pending`]).
 
+pub mod api_proxy;
 pub(crate) mod digest;
 pub(crate) mod manifest;
 pub(crate) mod release;
@@ -158,6 +159,12 @@ pub struct Helm {
     /// Reads release records after a failed install or uninstall, to decide
     /// from them (never from helm's message text) what the failure meant.
     records: Option<kube::Client>,
+    /// helm's kubeconfig when it reaches the apiserver through
+    /// [`api_proxy::ApiProxy`]; without it helm finds the cluster as the
+    /// operator did (its environment or the pod's).
+    kubeconfig: Option<PathBuf>,
+    /// The listener of `kubeconfig`, which clears its token from helm's messages.
+    proxy: Option<api_proxy::ApiProxy>,
 }
 
 /// Files of the chart that never reach a release: helm stores the whole chart
@@ -237,6 +244,8 @@ impl Helm {
             metrics,
             writer,
             records: None,
+            kubeconfig: None,
+            proxy: None,
         })
     }
 
@@ -245,6 +254,18 @@ impl Helm {
     pub fn with_record_lookup(mut self, client: kube::Client) -> Self {
         self.records = Some(client);
         self
+    }
+
+    /// Sends helm's requests through `proxy`: its kubeconfig is written
+    /// into helm's private home (0600).
+    pub fn through(mut self, proxy: &api_proxy::ApiProxy) -> std::io::Result<Self> {
+        let path = self.home.path().join("kubeconfig");
+        let mut file = std::fs::OpenOptions::new();
+        std::os::unix::fs::OpenOptionsExt::mode(file.write(true).create(true).truncate(true), 0o600);
+        file.open(&path)?.write_all(proxy.kubeconfig().as_bytes())?;
+        self.kubeconfig = Some(path);
+        self.proxy = Some(proxy.clone());
+        Ok(self)
     }
 
     /// The labels of the release's records (helm's `status`, `version`, ...),
@@ -384,7 +405,12 @@ impl Helm {
         if status.success() {
             Ok(stdout)
         } else {
-            Err(HelmError::Failed { action, stderr: excerpt(&String::from_utf8_lossy(&stderr)) })
+            let stderr = String::from_utf8_lossy(&stderr);
+            let stderr = match &self.proxy {
+                Some(proxy) => proxy.redact(&stderr),
+                None => stderr.into_owned(),
+            };
+            Err(HelmError::Failed { action, stderr: excerpt(&stderr) })
         }
     }
 
@@ -406,7 +432,14 @@ impl Helm {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        for key in ["PATH", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "TMPDIR"] {
+        let cluster: &[&str] = match &self.kubeconfig {
+            Some(path) => {
+                cmd.env("KUBECONFIG", path);
+                &[]
+            }
+            None => &["KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"],
+        };
+        for key in ["PATH", "TMPDIR"].iter().chain(cluster) {
             if let Some(v) = std::env::var_os(key) {
                 cmd.env(key, v);
             }
