@@ -135,7 +135,8 @@ fn behind<'a>(path: &'a str, prefix: &[u8]) -> Option<&'a str> {
     if !same(head, prefix) {
         return None;
     }
-    let rest = &path[prefix.len()..];
+    // A path is ASCII; `get` rather than an index all the same.
+    let rest = path.get(prefix.len()..)?;
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
