@@ -93,7 +93,20 @@ if [[ ${BENCH_HEAP_PROFILE:-} == 1 ]]; then # the operator writes target/dhat-he
 	if [[ $PROFILE == release ]]; then cargo build --quiet --release -p tinycode-operator --features heap-profile; else cargo build --quiet -p tinycode-operator --features heap-profile; fi
 fi
 BIN=$ROOT/target/$PROFILE
-"$BIN/tinycode-local" setup --namespace "$NS" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
+# BENCH_NAMESPACES=K spreads the instances over K prepared namespaces
+# ($NS-1 .. $NS-K, instance i in namespace (i-1) mod K + 1), as tenants
+# would be; the default, one namespace, is the worst case for the apiserver:
+# it authorizes each request of the operator in a namespace by walking every
+# RoleBinding there, and each instance brings its own.
+NAMESPACES=${BENCH_NAMESPACES:-1}
+namespaces=("$NS")
+if ((NAMESPACES > 1)); then
+	namespaces=()
+	for k in $(seq 1 "$NAMESPACES"); do namespaces+=("$NS-$k"); done
+fi
+for ns in "${namespaces[@]}"; do
+	"$BIN/tinycode-local" setup --namespace "$ns" --operator-kubeconfig "$STATE/operator.kubeconfig" 2>/dev/null
+done
 
 op=
 CHART=$ROOT/helm-charts/tinycode
@@ -235,9 +248,9 @@ if [[ ${BENCH_CLASS:-} == 1 ]]; then
 	EOF
 fi
 start_operator
-log "creating $N instances in $NS"
+log "creating $N instances in ${namespaces[*]}"
 for i in $(seq 1 "$N"); do
-	printf -- '---\napiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: i%d, namespace: %s}\nspec: {auth: {passwordSecret: tinycode-password}%s}\n' "$i" "$NS" "$IDLE_SPEC"
+	printf -- '---\napiVersion: tinycode.dev/v1alpha1\nkind: TinycodeInstance\nmetadata: {name: i%d, namespace: %s}\nspec: {auth: {passwordSecret: tinycode-password}%s}\n' "$i" "${namespaces[$(((i - 1) % NAMESPACES))]}" "$IDLE_SPEC"
 done >"$STATE/instances.yaml"
 "$BIN/tinycode-local" simulate >"$STATE/simulate.log" 2>&1 &
 sim=$!
@@ -283,7 +296,7 @@ if [[ -n ${BENCH_RESULT:-} ]]; then
 		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" "$((tree_peak_kb / 1024))" "$helm_runs" "$ref0" "$ref1" >"$BENCH_RESULT"
 fi
 if [[ ${BENCH_QUICK:-} == 1 ]]; then # rollout figures only (for repeated runs)
-	printf 'instances %d  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB (with helm, PSS %d MiB)  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  reference %s / %s s  failed reconciles: %s\n' "$N" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
+	printf 'instances %d in %d namespace(s)  concurrency %s  deployed %s s  Running %s s  peak RSS %d MiB (with helm, PSS %d MiB)  CPU operator/helm/apiserver/etcd %s / %s / %s / %s  reconciles per instance %s  reference %s / %s s  failed reconciles: %s\n' "$N" "$NAMESPACES" "${CONCURRENCY:-default}" "$install_s" "$running_s" \
 		"$(( $(awk '/VmHWM/ { print $2 }' "/proc/$op/status") / 1024 ))" "$((tree_peak_kb / 1024))" \
 		"$(sub "$op0" "$op1")" "$(sub "$helm0" "$helm1")" "$(sub "$api0" "$api1")" "$(sub "$etcd0" "$etcd1")" \
 		"$(awk -v a="$rec0" -v b="$rec1" -v n="$N" 'BEGIN { printf "%.1f", (b - a) / n }')" "$ref0" "$ref1" "$(failures)"
@@ -356,7 +369,8 @@ fi
 delete_s=skipped
 if [[ ${BENCH_DELETE:-1} == 1 ]]; then
 	t2=$(now)
-	"$K" delete tinycodeinstances --all -n "$NS" --wait=true --timeout=900s >/dev/null
+	for ns in "${namespaces[@]}"; do "$K" delete tinycodeinstances --all -n "$ns" --wait=false >/dev/null; done
+	for ns in "${namespaces[@]}"; do "$K" wait tinycodeinstances --all -n "$ns" --for=delete --timeout=900s >/dev/null; done
 	delete_s=$(since "$t2")
 fi
 

@@ -31,6 +31,8 @@
 #   text-output     no --output json (helm prints its text summary)
 #   slim-chart      the chart without its ci/ values files
 #   no-schema-file  the chart without values.schema.json
+#   no-comments     the chart without values.schema.json, its templates'
+#                   comments emptied (as helm::installed_copy does)
 #   lang-fr         LC_MESSAGES=fr_FR.UTF-8: the kubectl message catalog helm
 #                   loads at start-up is 6 KB instead of 350 KB
 #   shm-home        HOME (and the discovery cache in it) on tmpfs (/dev/shm)
@@ -42,6 +44,8 @@
 #                   discovery answered from a copy, /apis with only the
 #                   chart's groups
 #   api-proxy-all   the same with every group in /apis
+#   api-proxy-env   api-proxy, its URL given in HELM_KUBEAPISERVER instead of
+#                   a kubeconfig (helm then parses no kubeconfig file)
 # A proxy's CPU per run is its own column (with api-proxy it is the operator's).
 # src/helm/mod.rs now runs what `no-openapi+no-schema+gogc+lang-fr` measures,
 # with its home on the memory-backed /tmp of config/manager/manager.yaml
@@ -180,7 +184,7 @@ start_api_proxy() {
 }
 if [[ $CONFIGS == *kubectl-proxy* ]]; then start_kubectl_proxy; fi
 if [[ " ${CONFIGS//+/ } " == *" api-proxy-all "* ]]; then start_api_proxy api-proxy-all && APROXY_ALL_PID=$APROXY_PID; fi
-if [[ " ${CONFIGS//+/ } " == *" api-proxy "* ]]; then start_api_proxy api-proxy "$CHART_DIR"; fi
+if [[ " ${CONFIGS//+/ } " == *" api-proxy "* || " ${CONFIGS//+/ } " == *" api-proxy-env "* ]]; then start_api_proxy api-proxy "$CHART_DIR"; fi
 
 CFG_FLAGS=()
 CFG_ENV=()
@@ -208,11 +212,16 @@ configure() {
 		text-output) CFG_OUTPUT=() ;;
 		slim-chart) CFG_CHART=$STATE/slim-chart ;;
 		no-schema-file) CFG_CHART=$STATE/no-schema-chart ;;
+		no-comments) CFG_CHART=$STATE/no-comments-chart ;;
 		lang-fr) CFG_ENV+=(LC_MESSAGES=fr_FR.UTF-8) ;;
 		shm-home) CFG_SHM=1 ;;
 		kubectl-proxy) CFG_KCFG=$STATE/proxy-kubeconfig PROXY_PID=$KPROXY_PID ;;
 		api-proxy) CFG_KCFG=$STATE/api-proxy-kubeconfig PROXY_PID=$APROXY_PID ;;
 		api-proxy-all) CFG_KCFG=$STATE/api-proxy-all-kubeconfig PROXY_PID=$APROXY_ALL_PID ;;
+		api-proxy-env)
+			CFG_KCFG='' PROXY_PID=$APROXY_PID
+			CFG_ENV+=("HELM_KUBEAPISERVER=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["clusters"][0]["cluster"]["server"])' "$STATE/api-proxy-kubeconfig")")
+			;;
 		*) die "unknown config part '$part' in '$1'" ;;
 		esac
 	done
@@ -238,6 +247,16 @@ rm -rf "$STATE/slim-chart/ci"
 # The chart without its values schema (helm stores it in every release record).
 cp -r "$CHART_DIR" "$STATE/no-schema-chart"
 rm -f "$STATE/no-schema-chart/values.schema.json"
+# That chart with its templates' comments emptied, as the operator installs it.
+cp -r "$STATE/no-schema-chart" "$STATE/no-comments-chart"
+python3 - "$STATE/no-comments-chart/templates" <<-'EOF'
+	import pathlib, re, sys
+	comment = re.compile(r"\{\{(-[ \t\r\n])?/\*.*?\*/([ \t\r\n]-)?\}\}", re.S)
+	for path in pathlib.Path(sys.argv[1]).rglob("*"):
+	    if path.is_file():
+	        text = path.read_text()
+	        path.write_text(comment.sub(lambda m: "{{" + ("- " if m.group(1) else "") + "/**/" + (" -" if m.group(2) else "") + "}}", text))
+	EOF
 mv "$STATE"/tinycode-*.tgz "$STATE/tinycode-chart.tgz"
 
 # The scraper's own requests: two scrapes with nothing in between.

@@ -1194,7 +1194,8 @@ fn openshift_proxy_arguments_are_flags_oauth_proxy_defines() {
 }
 
 /// The copy of the chart the operator installs (`helm::installed_copy`, without
-/// the schema and `ci/`) renders exactly what the chart renders, for the
+/// the schema and `ci/`, its templates' comments emptied) renders exactly what
+/// the chart renders, for the
 /// values of every scenario in `ci/`: leaving those files out of the release
 /// records changes no object. Every object is of an API group the templates
 /// name, the groups the operator's `/apis` shows helm.
@@ -1205,6 +1206,13 @@ fn the_installed_copy_renders_what_the_chart_renders() {
     let copy = tinycode_operator::helm::installed_copy(&chart, &dir.path().join("chart")).unwrap();
     assert!(copy.join("Chart.yaml").is_file() && copy.join("templates/deployment.yaml").is_file());
     assert!(!copy.join("values.schema.json").exists() && !copy.join("ci").exists());
+    // The templates' comments are emptied: what the records keep is smaller.
+    let size = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir.join("templates")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    };
+    assert!(size(&copy) * 10 < size(&chart) * 9, "templates {} -> {} bytes", size(&chart), size(&copy));
+    let helpers = std::fs::read_to_string(copy.join("templates/_helpers.tpl")).unwrap();
+    assert_eq!(tinycode_operator::helm::without_comments(&helpers), helpers, "no comment text is left");
     let template = |chart: &std::path::Path, values: &std::path::Path| {
         let out = Command::new(helm())
             .args(["template", "r", chart.to_str().unwrap(), "--namespace", "team", "--skip-schema-validation", "-f"])

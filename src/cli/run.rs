@@ -182,7 +182,7 @@ async fn start_helm(
         let proxy = crate::helm::api_proxy::ApiProxy::start(client.clone(), Some(groups))
             .await
             .map_err(|e| fail(1, "cannot listen on loopback for helm's requests", e))?;
-        helm.through(&proxy).map_err(|e| fail(1, "cannot write helm's kubeconfig", e))?
+        helm.through(&proxy)
     };
     let printed = helm.version().await.map_err(|e| fail(1, "cannot ask helm its version; set HELM_BIN", e))?;
     let helm_version = crate::helm::version::check(&settings.helm_bin.display().to_string(), &printed)

@@ -7,8 +7,8 @@
 //! run). A run's handshake cost helm about 15% of its CPU and the
 //! apiserver a share of its own; the discovery documents change only when an
 //! API group does. Here helm speaks plain HTTP over loopback, the operator's
-//! pooled connections carry its requests, and `/api` and `/apis` are answered
-//! from a copy at most [`DISCOVERY_TTL`] old. The copy of `/apis` lists only
+//! pooled connections carry its requests, and `/api`, `/apis` and `/version`
+//! (asked twice a run) are answered from a copy at most [`DISCOVERY_TTL`] old. The copy of `/apis` lists only
 //! the API groups the chart's templates name ([`chart_api_groups`]): helm
 //! writes a cache file for, and decodes, every group it is told of, and the
 //! chart renders objects of three (measured: docs/benchmarks.md, "helm
@@ -17,9 +17,10 @@
 //! is of a group the list holds.
 //!
 //! The listener holds the operator's power, so a request's path must begin
-//! with a token random to this process, which only the kubeconfig in helm's
-//! private home (0600) holds, as the path of its server URL. (A path, not a
-//! bearer token: client-go sends no credentials over plain HTTP.) helm's
+//! with a token random to this process, which only helm's environment holds
+//! (`HELM_KUBEAPISERVER`, readable by the operator's own user only), as the
+//! path of the server URL. (A path, not a bearer token: client-go sends no
+//! credentials over plain HTTP.) helm's
 //! messages are cleared of it ([`ApiProxy::redact`]) before they reach a
 //! status or a log. Nothing else of the request is changed but the
 //! hop-by-hop headers, `Authorization` (the operator's own is added) and
@@ -49,8 +50,11 @@ const MAX_REQUEST_BYTES: usize = 16 << 20;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 /// Connections at once: a few per running helm process.
 const MAX_CONNECTIONS: usize = 512;
-/// Paths whose answers are kept for [`DISCOVERY_TTL`] (GET, no query but a timeout).
-const DISCOVERY_PATHS: [&str; 2] = ["/api", "/apis"];
+/// Paths whose answers are kept for [`DISCOVERY_TTL`] (GET, no query but a
+/// timeout): the discovery documents, and the server's version, which helm
+/// asks for twice in every run (once for its capabilities, once to check the
+/// cluster is reachable) and which changes only when the apiserver does.
+const DISCOVERY_PATHS: [&str; 3] = ["/api", "/apis", "/version"];
 
 /// A discovery answer as the apiserver gave it.
 #[derive(Clone)]
@@ -104,12 +108,17 @@ impl ApiProxy {
         Ok(Self { addr, token })
     }
 
-    /// A kubeconfig (JSON, which is YAML) for helm: this listener and its token.
+    /// The listener's URL, its token included (helm's `--kube-apiserver`).
+    pub fn server(&self) -> String {
+        format!("http://{}/{}", self.addr, self.token)
+    }
+
+    /// A kubeconfig (JSON, which is YAML) for this listener and its token.
     pub fn kubeconfig(&self) -> String {
         serde_json::json!({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "operator", "cluster": {"server": format!("http://{}/{}", self.addr, self.token)}}],
+            "clusters": [{"name": "operator", "cluster": {"server": self.server()}}],
             "users": [{"name": "operator", "user": {}}],
             "contexts": [{"name": "operator", "context": {"cluster": "operator", "user": "operator"}}],
             "current-context": "operator",
@@ -383,10 +392,14 @@ mod tests {
         assert_eq!(again, first, "the kept copy");
         let other = send("GET", &format!("{server}/api?labelSelector=x"), "").await;
         assert_eq!(other, (200, "/api?labelSelector=x #1".to_string()), "a query other than a timeout is asked anew");
+        let version = send("GET", &format!("{server}/version"), "").await;
+        let version_again = send("GET", &format!("{server}/version?timeout=32s"), "").await;
+        assert_eq!(version, (200, "/version #2".to_string()));
+        assert_eq!(version_again, version, "the server's version is kept too, whatever the timeout");
         let secrets = send("GET", &format!("{server}/api/v1/secrets"), "").await;
         let secrets_again = send("GET", &format!("{server}/api/v1/secrets"), "").await;
         assert_ne!(secrets, secrets_again, "objects are never kept");
-        assert_eq!(seen.lock().unwrap().len(), 4);
+        assert_eq!(seen.lock().unwrap().len(), 5);
     }
 
     #[test]

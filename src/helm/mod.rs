@@ -159,11 +159,10 @@ pub struct Helm {
     /// Reads release records after a failed install or uninstall, to decide
     /// from them (never from helm's message text) what the failure meant.
     records: Option<kube::Client>,
-    /// helm's kubeconfig when it reaches the apiserver through
-    /// [`api_proxy::ApiProxy`]; without it helm finds the cluster as the
-    /// operator did (its environment or the pod's).
-    kubeconfig: Option<PathBuf>,
-    /// The listener of `kubeconfig`, which clears its token from helm's messages.
+    /// The listener helm reaches the apiserver through (its URL, token
+    /// included, in helm's environment), which also clears its token from
+    /// helm's messages; without it helm finds the cluster as the operator did
+    /// (its environment or the pod's).
     proxy: Option<api_proxy::ApiProxy>,
 }
 
@@ -176,15 +175,17 @@ pub struct Helm {
 /// docs/benchmarks.md, "Helm's flags and environment".
 const NOT_INSTALLED: [&str; 2] = ["values.schema.json", "ci"];
 
-/// Copies the chart at `from` to `to` without [`NOT_INSTALLED`] and returns `to`;
-/// the chart's digest is still taken of `from` (`digest::chart_digest`). A
-/// `from` that is no directory is returned as it is: `run` refuses a missing
-/// chart before helm is set up, and helm names the path it cannot load.
+/// Copies the chart at `from` to `to` without [`NOT_INSTALLED`], its
+/// templates without the text of their comments ([`without_comments`]), and
+/// returns `to`; the chart's digest is still taken of `from`
+/// (`digest::chart_digest`). A `from` that is no directory is returned as it
+/// is: `run` refuses a missing chart before helm is set up, and helm names
+/// the path it cannot load.
 pub fn installed_copy(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<PathBuf> {
     if !from.is_dir() {
         return Ok(from.to_path_buf());
     }
-    fn copy_tree(from: &std::path::Path, to: &std::path::Path, top: bool) -> std::io::Result<()> {
+    fn copy_tree(from: &std::path::Path, to: &std::path::Path, top: bool, templates: bool) -> std::io::Result<()> {
         std::fs::create_dir_all(to)?;
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
@@ -193,15 +194,42 @@ pub fn installed_copy(from: &std::path::Path, to: &std::path::Path) -> std::io::
                 continue;
             }
             if entry.file_type()?.is_dir() {
-                copy_tree(&entry.path(), &to.join(&name), false)?;
+                copy_tree(&entry.path(), &to.join(&name), false, templates || (top && name == "templates"))?;
+            } else if templates {
+                let text = std::fs::read(entry.path())?;
+                match String::from_utf8(text) {
+                    Ok(text) => std::fs::write(to.join(&name), without_comments(&text))?,
+                    Err(e) => std::fs::write(to.join(&name), e.into_bytes())?,
+                }
             } else {
                 std::fs::copy(entry.path(), to.join(&name))?;
             }
         }
         Ok(())
     }
-    copy_tree(from, to, true)?;
+    copy_tree(from, to, true, false)?;
     Ok(to.to_path_buf())
+}
+
+/// A template with every comment action (`{{/* ... */}}`, with or without
+/// trim markers) emptied to `{{/**/}}`, its trim markers kept, so it renders
+/// exactly as before. The comments explain the chart to its readers and were
+/// a fifth of the templates' text, which helm keeps in every release record
+/// and compresses on every record write. `tests/chart.rs` renders every `ci/`
+/// scenario from the chart and from the copy and compares them byte for byte.
+pub fn without_comments(template: &str) -> String {
+    // Go's text/template: a comment begins right after `{{` or `{{- ` and ends
+    // at the first `*/`, which `}}` or ` -}}` must follow.
+    static COMMENT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\{\{(-[ \t\r\n])?/\*(?s:.*?)\*/([ \t\r\n]-)?\}\}").expect("a valid pattern")
+    });
+    COMMENT
+        .replace_all(template, |c: &regex::Captures| {
+            let left = if c.get(1).is_some() { "- " } else { "" };
+            let right = if c.get(2).is_some() { " -" } else { "" };
+            format!("{{{{{left}/**/{right}}}}}")
+        })
+        .into_owned()
 }
 
 /// Marks a release busy for as long as it lives.
@@ -244,7 +272,6 @@ impl Helm {
             metrics,
             writer,
             records: None,
-            kubeconfig: None,
             proxy: None,
         })
     }
@@ -256,16 +283,14 @@ impl Helm {
         self
     }
 
-    /// Sends helm's requests through `proxy`: its kubeconfig is written
-    /// into helm's private home (0600).
-    pub fn through(mut self, proxy: &api_proxy::ApiProxy) -> std::io::Result<Self> {
-        let path = self.home.path().join("kubeconfig");
-        let mut file = std::fs::OpenOptions::new();
-        std::os::unix::fs::OpenOptionsExt::mode(file.write(true).create(true).truncate(true), 0o600);
-        file.open(&path)?.write_all(proxy.kubeconfig().as_bytes())?;
-        self.kubeconfig = Some(path);
+    /// Sends helm's requests through `proxy`. helm is told its URL in
+    /// `HELM_KUBEAPISERVER`, not in a kubeconfig: client-go parses a kubeconfig
+    /// several times a run (3-6% of a run's CPU, docs/benchmarks.md), and a
+    /// process's environment is as private as a 0600 file (readable by its
+    /// own user only), where a command-line flag would not be.
+    pub fn through(mut self, proxy: &api_proxy::ApiProxy) -> Self {
         self.proxy = Some(proxy.clone());
-        Ok(self)
+        self
     }
 
     /// The labels of the release's records (helm's `status`, `version`, ...),
@@ -432,9 +457,9 @@ impl Helm {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let cluster: &[&str] = match &self.kubeconfig {
-            Some(path) => {
-                cmd.env("KUBECONFIG", path);
+        let cluster: &[&str] = match &self.proxy {
+            Some(proxy) => {
+                cmd.env("HELM_KUBEAPISERVER", proxy.server());
                 &[]
             }
             None => &["KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"],
@@ -540,6 +565,20 @@ mod tests {
         assert!(install_met_a_release(&[record("1", "pending-install")]));
         assert!(install_met_a_release(&[record("1", "superseded"), record("2", "failed")]));
         assert!(install_met_a_release(&[record("3", "failed")]));
+    }
+
+    /// Comment actions lose their text and keep their trim markers; nothing
+    /// else of a template changes, strings that look like comments included.
+    #[test]
+    fn templates_lose_the_text_of_their_comments_only() {
+        let template = "a\n{{- /* one\n two */}}\nb {{/* x */ -}}\n c {{- /* y */ -}} d\n{{/* z */}}\n\
+                        {{ \"/* no comment */\" }} {{ include \"t\" . }} {{- /* p */}} {{/* q */}}";
+        assert_eq!(
+            without_comments(template),
+            "a\n{{- /**/}}\nb {{/**/ -}}\n c {{- /**/ -}} d\n{{/**/}}\n\
+             {{ \"/* no comment */\" }} {{ include \"t\" . }} {{- /**/}} {{/**/}}"
+        );
+        assert_eq!(without_comments("{{ .Values.x }}\n"), "{{ .Values.x }}\n");
     }
 
     #[test]
