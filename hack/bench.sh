@@ -24,7 +24,8 @@
 # activity checks cost (the stand-in counts the requests). BENCH_CLASS=1 makes
 # a default TinycodeClass with defaults, caps and a per-namespace limit above
 # N apply to every instance (all in one namespace: the limit's count reads
-# every instance there on each reconcile, the worst case). BENCH_RESULT=FILE
+# every instance there on each reconcile, the worst case). BENCH_NAMESPACES=K
+# spreads the instances over K prepared namespaces. BENCH_RESULT=FILE
 # writes the rollout's figures there as key=value lines (hack/bench-flux.sh
 # reads them). BENCH_HELM_PROFILE=DIR: every helm run writes its CPU profile
 # (helm's own HELM_PPROF_CPU_PROFILE) into DIR; `go tool pprof -top DIR/*`
