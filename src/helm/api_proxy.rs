@@ -8,8 +8,9 @@
 //! apiserver a share of its own; the discovery documents change only when an
 //! API group does. Here helm speaks plain HTTP over loopback, the operator's
 //! pooled connections carry its requests, and `/api`, `/apis` and `/version`
-//! (asked twice a run) are answered from a copy at most [`DISCOVERY_TTL`] old. The copy of `/apis` lists only
-//! the API groups the chart's templates name ([`chart_api_groups`]): helm
+//! (asked twice a run) are answered from a copy at most [`DISCOVERY_TTL`]
+//! old. The copy of `/apis` lists only the API groups the chart's templates
+//! name ([`chart_api_groups`]): helm
 //! writes a cache file for, and decodes, every group it is told of, and the
 //! chart renders objects of three (measured: docs/benchmarks.md, "helm
 //! through the operator's loopback listener"). A template naming a new group widens the list
@@ -20,11 +21,11 @@
 //! with a token random to this process, which only helm's environment holds
 //! (`HELM_KUBEAPISERVER`, readable by the operator's own user only), as the
 //! path of the server URL. (A path, not a bearer token: client-go sends no
-//! credentials over plain HTTP.) helm's
-//! messages are cleared of it ([`ApiProxy::redact`]) before they reach a
-//! status or a log. Nothing else of the request is changed but the
-//! hop-by-hop headers, `Authorization` (the operator's own is added) and
-//! `Accept-Encoding` (compressing over loopback is wasted work).
+//! credentials over plain HTTP.) helm's messages are cleared of it
+//! ([`ApiProxy::redact`]) before they reach a status or a log. Nothing else
+//! of the request is changed but the hop-by-hop headers, `Authorization`
+//! (the operator's own is added) and `Accept-Encoding` (compressing over
+//! loopback is wasted work).
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -108,7 +109,8 @@ impl ApiProxy {
         Ok(Self { addr, token })
     }
 
-    /// The listener's URL, its token included (helm's `--kube-apiserver`).
+    /// The listener's URL, its token included (what helm is given as
+    /// `HELM_KUBEAPISERVER`, its `--kube-apiserver`).
     pub fn server(&self) -> String {
         format!("http://{}/{}", self.addr, self.token)
     }
