@@ -186,7 +186,7 @@ pub struct HelmFailures {
     pub last_error: String,
 }
 
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, strum::VariantArray)]
 pub enum Phase {
     Pending,
     Deploying,
@@ -200,6 +200,9 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase (the derive keeps the list complete).
+    pub const ALL: &'static [Phase] = <Phase as strum::VariantArray>::VARIANTS;
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",

@@ -37,13 +37,10 @@ pub fn labelled_namespaces(ctx: &Context, ns: &str, spec: &crate::api::TinycodeI
 pub fn vllm_services(ctx: &Context, ns: &str, others: &[String]) -> (Vec<(String, String)>, usize) {
     let namespaces: Vec<&str> =
         std::iter::once(ns).chain(others.iter().map(String::as_str)).filter(|n| ctx.stores.covers(n)).collect();
-    let services: Vec<Arc<Service>> = ctx
-        .stores
-        .services
-        .state()
-        .into_iter()
-        .filter(|s| s.metadata.namespace.as_deref().is_some_and(|n| namespaces.contains(&n)))
-        .collect();
+    // Filtered under the store's lock, so only these namespaces' Services
+    // are cloned (the store holds every watched namespace's).
+    let services: Vec<Arc<Service>> =
+        ctx.stores.services.state_filter(|s| s.metadata.namespace.as_deref().is_some_and(|n| namespaces.contains(&n)));
     vllm::first_discovered(services.iter().filter_map(|s| vllm_candidate(s)).collect())
 }
 

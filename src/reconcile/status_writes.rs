@@ -62,16 +62,7 @@ pub fn without_last_use(status: &TinycodeInstanceStatus) -> TinycodeInstanceStat
 pub async fn await_revision(ctx: &Context, release_name: &str, revision: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while tokio::time::Instant::now() < deadline {
-        let metas: Vec<_> = ctx
-            .stores
-            .records
-            .state()
-            .iter()
-            .filter(|s| {
-                s.metadata.labels.as_ref().and_then(|l| l.get("name")).map(String::as_str) == Some(release_name)
-            })
-            .map(|s| s.metadata.clone())
-            .collect();
+        let metas = ctx.stores.records_of(release_name);
         if release::latest(&release::records(&metas)).is_some_and(|r| r.version >= revision && !r.is_pending()) {
             return;
         }

@@ -177,6 +177,19 @@ impl Stores {
     pub fn covers(&self, namespace: &str) -> bool {
         self.scope.covers(namespace)
     }
+
+    /// The metadata of helm's records of one release (its `name` label).
+    /// Filtered under the store's lock: only the release's own entries are
+    /// cloned, not the whole store's (thousands at scale, on every reconcile).
+    pub fn records_of(&self, release: &str) -> Vec<ObjectMeta> {
+        self.records
+            .state_filter(|s| {
+                s.metadata.labels.as_ref().and_then(|l| l.get("name")).map(String::as_str) == Some(release)
+            })
+            .iter()
+            .map(|s| s.metadata.clone())
+            .collect()
+    }
 }
 
 /// A store [`Stores::meta`] reads, whatever its kind.

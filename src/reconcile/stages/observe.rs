@@ -487,15 +487,7 @@ async fn release_facts(
     deployment: Option<&Deployment>,
 ) -> Result<ReleaseFacts, Error> {
     let release_name = naming::release_name(ns, name);
-    let named = |release: &str| -> Vec<ObjectMeta> {
-        ctx.stores
-            .records
-            .state()
-            .iter()
-            .filter(|s| s.metadata.labels.as_ref().and_then(|l| l.get("name")).map(String::as_str) == Some(release))
-            .map(|s| s.metadata.clone())
-            .collect()
-    };
+    let named = |release: &str| ctx.stores.records_of(release);
     let records = release::records(&named(&release_name));
     let renamed_from = if records.is_empty() {
         naming::previous_release_name(ns, name).filter(|old| !named(old).is_empty())
